@@ -1,0 +1,3 @@
+from ampcert.cli import main
+
+main()

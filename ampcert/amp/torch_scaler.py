@@ -1,0 +1,851 @@
+"""Dynamic loss scaling for PyTorch mixed-precision training, bounded and sync-free.
+
+Why loss scaling
+----------------
+``float16`` has 5 exponent bits: values below ~6e-8 flush to zero and values above
+65504 overflow to ``inf``.  Gradients of a well-trained network are often tiny, so a
+``float16`` backward pass silently *underflows* them to zero.  Loss scaling multiplies
+the loss by a large factor ``S`` before ``backward()``; by the chain rule every gradient
+is multiplied by ``S`` too, lifting it out of the underflow zone.  Before the optimizer
+uses the gradients they are divided by ``S`` again (in ``float32``), so the update is
+mathematically unchanged.
+
+Why *dynamic* loss scaling
+--------------------------
+The best ``S`` is the largest one that does not make any gradient overflow, and it
+drifts during training.  A dynamic scaler searches for it online:
+
+* every step, the unscaled gradients are checked for ``inf``/``NaN``;
+* on overflow the step is skipped (the parameters must not see ``inf``) and
+  ``S *= backoff_factor``;
+* after ``growth_interval`` consecutive clean steps, ``S *= growth_factor`` (probing
+  whether a larger scale is now safe).
+
+This is exactly ``torch.amp.GradScaler``'s rule (``torch._amp_update_scale_``), and
+:class:`DynamicLossScaler` reproduces it bit for bit.  ``bfloat16`` has the exponent
+range of ``float32`` and normally needs no scaling; the scaler is harmless there.
+
+What this module adds to ``GradScaler``
+---------------------------------------
+1. **Bounds.**  ``GradScaler`` has no floor: a run of overflows (a genuinely diverging
+   model, a bad batch, a NaN in the data) halves the scale until it reaches ``0`` --
+   after which ``1/S = inf`` turns every gradient into ``inf``/``NaN`` and training can
+   never recover.  Here the scale is clamped to ``[min_scale, max_scale]`` after every
+   update.  ``min_scale=0.0, max_scale=float("inf")`` restores ``GradScaler`` exactly.
+2. **No host synchronisation in the step path** (``sync_free=True``).  ``GradScaler``
+   decides whether to skip with ``if found_inf.item(): ...``, which stalls the host
+   until the GPU has finished the backward pass, once per step.  Instead the optimizer
+   step always runs and is *undone on the device* when an overflow was found: the
+   parameters and optimizer-state tensors (moments, ``step`` counters, ...) are
+   snapshotted, the step runs, and ``torch.where(found_inf, snapshot, current)`` restores
+   them.  Optimizers with native AMP support (``optimizer._step_supports_amp_scaling``,
+   e.g. ``fused=True`` Adam/AdamW/SGD) instead receive ``grad_scale``/``found_inf`` and
+   skip inside their kernel, exactly as with ``GradScaler``.
+3. **Telemetry** (:meth:`DynamicLossScaler.trajectory`): the scale after every update,
+   whether the update saw an overflow and whether a step was skipped, recorded on the
+   device without syncing.
+
+State machine
+-------------
+Each optimizer has a stage, reset to ``READY`` by :meth:`~DynamicLossScaler.update`::
+
+    READY --unscale_()--> UNSCALED --step()--> STEPPED --update()--> READY
+      \\________________________step()_______________/^
+
+``unscale_`` twice, ``unscale_`` after ``step``, or ``step`` twice before ``update``
+raise ``RuntimeError``; unscaling ``float16`` gradients raises ``ValueError`` (keep
+master weights in ``float32``); ``step`` on an optimizer without gradients and
+``update`` with no recorded inf checks raise ``AssertionError`` -- all as in
+``GradScaler``.  Several optimizers may share one scaler: each is stepped (or skipped)
+according to its *own* gradients, and ``update`` backs off if *any* of them overflowed.
+
+Where host syncs remain
+-----------------------
+* ``scale``, ``unscale_``, ``update``: never.
+* ``step`` with ``sync_free=True``: none in steady state, except
+
+  - when the optimizer *creates* state or changes non-tensor state during the step
+    (SGD-momentum and Adam create their buffers on the first successful step): one
+    ``.item()`` decides whether to keep the new state; this repeats only while those
+    first steps overflow;
+  - when an optimizer-state tensor lives on another device than the scale, typically
+    the CPU ``step`` counters of Adam/AdamW/... with ``capturable=False`` on CUDA: the
+    overflow mask is copied to the host (blocking) every step.  Use ``fused=True``
+    (native path, no copy) or ``capturable=True`` to avoid it;
+  - sparse gradients or sparse state fall back to the syncing path.
+
+  Syncs made by the optimizer itself are outside the scaler's control.
+* ``step`` with ``sync_free=False``: one ``.item()`` per step (``GradScaler``'s
+  behaviour; free on CPU, where it is the default).
+* ``get_scale()``, ``state_dict()``, pickling and ``trajectory()``: one sync each
+  (``trajectory()`` copies everything recorded since its last call in one transfer).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import warnings
+import weakref
+from array import array
+from collections import abc, defaultdict
+from enum import Enum
+from typing import Any, cast
+
+import torch
+
+try:  # Share GradScaler's enum so code inspecting per-optimizer stages keeps working.
+    from torch.amp.grad_scaler import OptState
+except ImportError:  # pragma: no cover - very old torch
+
+    class OptState(Enum):  # type: ignore[no-redef]
+        READY = 0
+        UNSCALED = 1
+        STEPPED = 2
+
+
+__all__ = ["DynamicLossScaler", "OptState"]
+
+# Rows of telemetry per device buffer.  A row is (scale, found_inf, skipped) in float32:
+# 12 bytes per update on the device until trajectory() moves it to the host, where it
+# is kept in compact arrays (4 + 1 + 1 = 6 bytes per update).
+_TRAJECTORY_CHUNK = 1024
+
+
+class _MultiDeviceReplicator:
+    """Lazily serves (cached) copies of ``master`` on the devices asked for."""
+
+    def __init__(self, master_tensor: torch.Tensor) -> None:
+        self.master = master_tensor
+        self._per_device_tensors: dict[torch.device, torch.Tensor] = {}
+
+    def get(self, device: torch.device) -> torch.Tensor:
+        retval = self._per_device_tensors.get(device)
+        if retval is None:
+            retval = self.master.to(device=device, non_blocking=True, copy=True)
+            self._per_device_tensors[device] = retval
+        return retval
+
+
+def _refresh_per_optimizer_state() -> dict[str, Any]:
+    return {"stage": OptState.READY, "found_inf_per_device": {}}
+
+
+def _amp_definitely_not_available() -> bool:
+    import importlib.util
+
+    return not (torch.cuda.is_available() or importlib.util.find_spec("torch_xla"))
+
+
+def _same_host_value(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - uncomparable objects count as changed
+        return False
+
+
+class DynamicLossScaler:
+    """Drop-in replacement for ``torch.amp.GradScaler`` with a bounded, sync-free scale.
+
+    Usage is identical to ``GradScaler``::
+
+        scaler = DynamicLossScaler("cuda")
+        for x, y in data:
+            optimizer.zero_grad()
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = loss_fn(model(x), y)
+            scaler.scale(loss).backward()      # gradients are multiplied by the scale
+            scaler.unscale_(optimizer)         # optional: only to inspect/clip gradients
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)             # unscale (if needed), step or skip
+            scaler.update()                    # back off / grow the scale
+
+    Args:
+        device: device *type* of the scale tensor (``"cuda"``, ``"cpu"``, ...).  As with
+            ``GradScaler``, ``"cuda"`` without CUDA disables the scaler with a warning.
+        init_scale: first scale.  Large on purpose (``2**16``): the first few steps
+            overflow and back off quickly, which is cheaper than starting too small
+            and underflowing.  Clamped into ``[min_scale, max_scale]``.
+        growth_factor: multiplier (``> 1``) applied after ``growth_interval``
+            consecutive clean steps.
+        backoff_factor: multiplier (``< 1``) applied on every overflowing step.
+        growth_interval: clean steps needed before trying a larger scale.  Small values
+            track the optimum tightly but overflow (and skip a step) more often.
+        enabled: ``False`` turns every method into a pass-through: ``scale`` returns
+            its input, ``step`` just calls ``optimizer.step()``, ``get_scale`` is 1.0.
+        min_scale: floor of the scale (default 1.0: never *shrink* gradients, and never
+            collapse to 0).  Persistent overflow at the floor means the gradients
+            overflow without any scaling -- a real numerical problem, not a scale one.
+        max_scale: ceiling of the scale (default ``2**24``).  Growth beyond it is
+            clamped; the growth tracker still resets as in ``GradScaler``.
+        sync_free: ``True`` masks overflowing steps on the device instead of asking
+            the host; ``False`` uses ``GradScaler``'s ``if found_inf.item()``.
+            ``None`` (default) means ``True`` unless ``device == "cpu"``, where reading
+            a scalar costs nothing and masking would only add copies.
+        record_trajectory: record telemetry for :meth:`trajectory` (12 bytes per
+            :meth:`update` on the device until collected, then 6 bytes on the host;
+            a million steps cost ~6 MB).  Call :meth:`reset_trajectory` to free it.
+
+    Numerics: with ``min_scale=0.0, max_scale=float("inf")`` the scale, growth tracker,
+    skip decisions, parameters and optimizer state match ``GradScaler`` bit for bit, on
+    both the ``sync_free=True`` and ``sync_free=False`` paths.
+
+    Cost of ``sync_free=True`` (non-fused optimizers): one copy of every parameter with
+    a gradient and of its optimizer-state tensors is kept as a reusable snapshot buffer
+    (e.g. +3x parameter memory for Adam), plus a copy and a ``where`` per tensor per
+    step.  Fused optimizers pay nothing.  On a masked overflow step, ``step`` returns the
+    optimizer's return value even though its effect was undone (the host cannot know);
+    ``GradScaler`` returns ``None`` for skipped steps.
+    """
+
+    def __init__(
+        self,
+        device: str = "cuda",
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        enabled: bool = True,
+        *,
+        min_scale: float = 1.0,
+        max_scale: float = 2.0**24,
+        sync_free: bool | None = None,
+        record_trajectory: bool = True,
+    ) -> None:
+        self._device = device
+        self._enabled = enabled
+        if self._device == "cuda" and enabled and _amp_definitely_not_available():
+            warnings.warn(
+                "DynamicLossScaler is enabled, but CUDA is not available.  Disabling.",
+                stacklevel=2,
+            )
+            self._enabled = False
+
+        if not (min_scale >= 0.0):
+            raise ValueError(f"min_scale must be >= 0, got {min_scale}")
+        if not (max_scale >= min_scale):
+            raise ValueError(f"max_scale ({max_scale}) must be >= min_scale ({min_scale})")
+        self._min_scale = float(min_scale)
+        self._max_scale = float(max_scale)
+        self._sync_free = (device != "cpu") if sync_free is None else bool(sync_free)
+        self._record_trajectory = record_trajectory
+        self._reset_trajectory_storage()
+
+        if self._enabled:
+            if growth_factor <= 1.0:
+                raise AssertionError("The growth factor must be > 1.0.")
+            if backoff_factor >= 1.0:
+                raise AssertionError("The backoff factor must be < 1.0.")
+            self._init_scale = self._clamp_float(init_scale)
+            # _scale/_growth_tracker are created lazily by the first scale() call, on
+            # the device of the first output, like GradScaler.
+            self._scale: torch.Tensor | None = None
+            self._growth_factor = growth_factor
+            self._backoff_factor = backoff_factor
+            self._growth_interval = growth_interval
+            self._init_growth_tracker = 0
+            self._growth_tracker: torch.Tensor | None = None
+            self._per_optimizer_states: dict[int, dict[str, Any]] = defaultdict(
+                _refresh_per_optimizer_state
+            )
+        # Reusable snapshot buffers for the masked step, per optimizer.
+        self._snapshots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    # ------------------------------------------------------------------ helpers
+    def _clamp_float(self, value: float) -> float:
+        return min(max(float(value), self._min_scale), self._max_scale)
+
+    def _bounds_are_trivial(self) -> bool:
+        return self._min_scale <= 0.0 and self._max_scale == math.inf
+
+    def _apply_bounds_(self) -> None:
+        if self._scale is not None and not self._bounds_are_trivial():
+            self._scale.clamp_(self._min_scale, self._max_scale)
+
+    def _check_scale_growth_tracker(self, funcname: str) -> tuple[torch.Tensor, torch.Tensor]:
+        fix = (
+            "This may indicate your script did not use scaler.scale(loss or outputs) "
+            "earlier in the iteration."
+        )
+        if self._scale is None:
+            raise AssertionError(f"Attempted {funcname} but _scale is None.  " + fix)
+        if self._growth_tracker is None:
+            raise AssertionError(f"Attempted {funcname} but _growth_tracker is None.  " + fix)
+        return (self._scale, self._growth_tracker)
+
+    def _lazy_init_scale_growth_tracker(self, dev: torch.device) -> None:
+        if self._growth_tracker is not None:
+            raise AssertionError("_growth_tracker initialized before _scale")
+        self._scale = torch.full((), self._init_scale, dtype=torch.float32, device=dev)
+        self._growth_tracker = torch.full(
+            (), self._init_growth_tracker, dtype=torch.int32, device=dev
+        )
+
+    # ------------------------------------------------------------------ scale
+    def scale(self, outputs: Any) -> Any:
+        """Multiply a tensor, or a (nested) list/tuple/iterable of tensors, by the scale.
+
+        Returns the scaled outputs (lists and tuples keep their type, other iterables
+        become lazy ``map`` objects, as in ``GradScaler``).  Pass-through when disabled.
+        Never syncs.
+        """
+        if not self._enabled:
+            return outputs
+
+        if isinstance(outputs, torch.Tensor):
+            if self._scale is None:
+                self._lazy_init_scale_growth_tracker(outputs.device)
+            scale = cast(torch.Tensor, self._scale)
+            return outputs * scale.to(device=outputs.device, non_blocking=True)
+
+        stash: list[_MultiDeviceReplicator] = []
+
+        def apply_scale(val: Any) -> Any:
+            if isinstance(val, torch.Tensor):
+                if len(stash) == 0:
+                    if self._scale is None:
+                        self._lazy_init_scale_growth_tracker(val.device)
+                    stash.append(_MultiDeviceReplicator(cast(torch.Tensor, self._scale)))
+                return val * stash[0].get(val.device)
+            if isinstance(val, abc.Iterable):
+                iterable = map(apply_scale, val)
+                if isinstance(val, (list, tuple)):
+                    return type(val)(iterable)
+                return iterable
+            raise ValueError("outputs must be a Tensor or an iterable of Tensors")
+
+        return apply_scale(outputs)
+
+    # ------------------------------------------------------------------ unscale
+    def _unscale_grads_(
+        self,
+        optimizer: torch.optim.Optimizer,
+        inv_scale: torch.Tensor,
+        found_inf: torch.Tensor,
+        allow_fp16: bool,
+    ) -> dict[torch.device, torch.Tensor]:
+        per_device_inv_scale = _MultiDeviceReplicator(inv_scale)
+        per_device_found_inf = _MultiDeviceReplicator(found_inf)
+        per_device_and_dtype_grads: dict[torch.device, dict[torch.dtype, list[torch.Tensor]]]
+        per_device_and_dtype_grads = defaultdict(lambda: defaultdict(list))
+        with torch.no_grad():
+            for group in optimizer.param_groups:
+                for param in group["params"]:
+                    if not isinstance(param, torch.Tensor):
+                        raise AssertionError(
+                            f"expected param to be torch.Tensor, got {type(param).__name__}"
+                        )
+                    if param.grad is None:
+                        continue
+                    if (not allow_fp16) and param.grad.dtype == torch.float16:
+                        raise ValueError("Attempting to unscale FP16 gradients.")
+                    if param.grad.is_sparse:
+                        # Duplicate indices are summed by coalesce(), which may overflow
+                        # in fp16, so the coalesced values are what must be checked.
+                        if param.grad.dtype is torch.float16:
+                            param.grad = param.grad.coalesce()
+                        to_unscale = param.grad._values()
+                    else:
+                        to_unscale = param.grad
+                    per_device_and_dtype_grads[to_unscale.device][to_unscale.dtype].append(
+                        to_unscale
+                    )
+            for device, per_dtype_grads in per_device_and_dtype_grads.items():
+                for grads in per_dtype_grads.values():
+                    torch._amp_foreach_non_finite_check_and_unscale_(
+                        grads,
+                        per_device_found_inf.get(device),
+                        per_device_inv_scale.get(device),
+                    )
+        return per_device_found_inf._per_device_tensors
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Divide ``optimizer``'s gradients by the scale, in place, and check them.
+
+        Optional: :meth:`step` unscales if you did not.  Call it to clip or inspect the
+        true gradients between ``backward()`` and :meth:`step`; :meth:`step` will then
+        not unscale again.  At most once per optimizer per :meth:`update`.  Never syncs.
+        """
+        if not self._enabled:
+            return
+        self._check_scale_growth_tracker("unscale_")
+        optimizer_state = self._per_optimizer_states[id(optimizer)]
+        if optimizer_state["stage"] is OptState.UNSCALED:
+            raise RuntimeError(
+                "unscale_() has already been called on this optimizer since the last update()."
+            )
+        elif optimizer_state["stage"] is OptState.STEPPED:
+            raise RuntimeError("unscale_() is being called after step().")
+
+        scale = cast(torch.Tensor, self._scale)
+        # FP32 division can be imprecise under some compile options: reciprocal in FP64.
+        inv_scale = (
+            scale.double().reciprocal().float()
+            if scale.device != torch.device("mps:0")
+            else scale.reciprocal()
+        )
+        found_inf = torch.full((), 0.0, dtype=torch.float32, device=scale.device)
+        optimizer_state["found_inf_per_device"] = self._unscale_grads_(
+            optimizer, inv_scale, found_inf, False
+        )
+        optimizer_state["stage"] = OptState.UNSCALED
+
+    # ------------------------------------------------------------------ step
+    def _maybe_opt_step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        optimizer_state: dict[str, Any],
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        """GradScaler's syncing path: ask the host whether to step."""
+        retval = None
+        if not sum(v.item() for v in optimizer_state["found_inf_per_device"].values()):
+            retval = optimizer.step(*args, **kwargs)
+        return retval
+
+    def _optimizer_found_inf(self, optimizer_state: dict[str, Any]) -> torch.Tensor:
+        scale = cast(torch.Tensor, self._scale)
+        found = [
+            t.to(scale.device, non_blocking=True)
+            for t in optimizer_state["found_inf_per_device"].values()
+        ]
+        total = found[0]
+        for t in found[1:]:
+            total = total + t
+        return total
+
+    def _snapshot_buffers(
+        self, optimizer: torch.optim.Optimizer, tensors: list[torch.Tensor]
+    ) -> list[torch.Tensor]:
+        signature = [(t.shape, t.dtype, t.device) for t in tensors]
+        cached = self._snapshots.get(optimizer)
+        if cached is not None and cached[0] == signature:
+            buffers = cached[1]
+        else:
+            buffers = [torch.empty_like(t, memory_format=torch.preserve_format) for t in tensors]
+            self._snapshots[optimizer] = (signature, buffers)
+        if tensors:
+            torch._foreach_copy_(buffers, tensors)
+        return buffers
+
+    def _masked_opt_step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        optimizer_state: dict[str, Any],
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        """Always step; undo the step on the device where this optimizer saw inf/NaN."""
+        params: list[torch.Tensor] = []
+        seen: set[int] = set()
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and id(p) not in seen:
+                    seen.add(id(p))
+                    params.append(p)
+
+        state = optimizer.state
+        before: list[dict[str, Any]] = []  # shallow copy of each param's state dict
+        tensor_slots: list[tuple[int, str]] = []  # (param index, key) of state tensors
+        tracked: list[torch.Tensor] = list(params)
+        for i, p in enumerate(params):
+            st = dict(state[p]) if p in state else {}
+            before.append(st)
+            for k, v in st.items():
+                if isinstance(v, torch.Tensor):
+                    tensor_slots.append((i, k))
+                    tracked.append(v)
+        if any(t.is_sparse or (t.grad is not None and t.grad.is_sparse) for t in tracked):
+            return self._maybe_opt_step(optimizer, optimizer_state, *args, **kwargs)
+
+        found_inf = self._optimizer_found_inf(optimizer_state)
+        with torch.no_grad():
+            snaps = self._snapshot_buffers(optimizer, tracked)
+        retval = optimizer.step(*args, **kwargs)
+
+        # Did the step change the *structure* of the state (new buffers, new keys,
+        # changed Python values)?  That cannot be undone by a device-side select.
+        changed = False
+        for i, p in enumerate(params):
+            old = before[i]
+            new = state[p] if p in state else {}
+            if old.keys() != new.keys():
+                changed = True
+                break
+            for k, v in old.items():
+                nv = new[k]
+                if isinstance(v, torch.Tensor):
+                    if not (
+                        isinstance(nv, torch.Tensor)
+                        and nv.shape == v.shape
+                        and nv.dtype == v.dtype
+                        and nv.device == v.device
+                        and not nv.is_sparse
+                    ):
+                        changed = True
+                        break
+                elif not _same_host_value(v, nv):
+                    changed = True
+                    break
+            if changed:
+                break
+
+        with torch.no_grad():
+            if changed:
+                # One sync: decide on the host whether to keep the new state.
+                if found_inf.item():
+                    for p, snap in zip(params, snaps[: len(params)], strict=True):
+                        p.copy_(snap)
+                    for (i, k), snap in zip(tensor_slots, snaps[len(params) :], strict=True):
+                        before[i][k].copy_(snap)
+                    for i, p in enumerate(params):
+                        if before[i]:
+                            state[p] = before[i]
+                        elif p in state:
+                            del state[p]
+                    retval = None
+                return retval
+
+            skip = found_inf.ne(0)
+            masks: dict[torch.device, torch.Tensor] = {skip.device: skip}
+            currents = list(params) + [state[params[i]][k] for (i, k) in tensor_slots]
+            for cur, snap in zip(currents, snaps, strict=True):
+                mask = masks.get(cur.device)
+                if mask is None:
+                    # Blocking when cur is on the host: a sync (see module docstring).
+                    mask = skip.to(cur.device)
+                    masks[cur.device] = mask
+                torch.where(mask, snap, cur, out=cur)
+        return retval
+
+    def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        """Unscale (unless :meth:`unscale_` was called) and step, unless inf/NaN was found.
+
+        ``*args``/``**kwargs`` go to ``optimizer.step``; closures are not supported.
+
+        * Optimizers with ``_step_supports_amp_scaling`` (fused Adam/AdamW/SGD, ...)
+          get ``optimizer.grad_scale``/``optimizer.found_inf`` and skip internally.
+        * ``sync_free=False``: ``optimizer.step`` runs only if ``found_inf.item() == 0``.
+        * ``sync_free=True``: ``optimizer.step`` always runs; on overflow its effect on
+          the parameters and optimizer-state tensors is undone on the device.
+        """
+        if not self._enabled:
+            return optimizer.step(*args, **kwargs)
+
+        if "closure" in kwargs:
+            raise RuntimeError(
+                "Closure use is not currently supported if DynamicLossScaler is enabled."
+            )
+        self._check_scale_growth_tracker("step")
+        optimizer_state = self._per_optimizer_states[id(optimizer)]
+        if optimizer_state["stage"] is OptState.STEPPED:
+            raise RuntimeError("step() has already been called since the last update().")
+
+        if getattr(optimizer, "_step_supports_amp_scaling", False):
+            # Native path, identical to GradScaler: the optimizer unscales and skips
+            # inside its own kernel using grad_scale / found_inf.
+            kwargs_ = kwargs
+            has_grad_scaler_kwarg = "grad_scaler" in inspect.signature(optimizer.step).parameters
+            if has_grad_scaler_kwarg:
+                warnings.warn(
+                    "DynamicLossScaler passes itself as `grad_scaler` to optimizers whose "
+                    "step() accepts it; this legacy contract is deprecated in PyTorch.",
+                    FutureWarning,
+                    stacklevel=2,
+                )
+                kwargs_.update({"grad_scaler": self})
+            else:
+                if optimizer_state["stage"] is OptState.READY:
+                    self._check_inf_per_device(optimizer)
+                scaler = cast(torch.Tensor, self._get_scale_async())
+                found_inf = cast(
+                    torch.Tensor,
+                    sum(
+                        t.to(scaler.device, non_blocking=True)
+                        for t in optimizer_state["found_inf_per_device"].values()
+                    ),
+                )
+                optimizer.grad_scale = (  # type: ignore[attr-defined]
+                    getattr(optimizer, "grad_scale", None)
+                    if optimizer_state["stage"] == OptState.UNSCALED
+                    else scaler * getattr(optimizer, "grad_scale", 1)
+                )
+                optimizer.found_inf = found_inf  # type: ignore[attr-defined]
+            retval = optimizer.step(*args, **kwargs_)
+            optimizer_state["stage"] = OptState.STEPPED
+            if not has_grad_scaler_kwarg:
+                del optimizer.grad_scale  # type: ignore[attr-defined]
+                del optimizer.found_inf  # type: ignore[attr-defined]
+            return retval
+
+        if optimizer_state["stage"] is OptState.READY:
+            self.unscale_(optimizer)
+        if len(optimizer_state["found_inf_per_device"]) == 0:
+            raise AssertionError("No inf checks were recorded for this optimizer.")
+
+        if self._sync_free:
+            retval = self._masked_opt_step(optimizer, optimizer_state, *args, **kwargs)
+        else:
+            retval = self._maybe_opt_step(optimizer, optimizer_state, *args, **kwargs)
+        optimizer_state["stage"] = OptState.STEPPED
+        return retval
+
+    # ------------------------------------------------------------------ update
+    def update(self, new_scale: float | torch.Tensor | None = None) -> None:
+        """Update the scale (GradScaler's rule, then clamp to ``[min_scale, max_scale]``).
+
+        Overflow in any optimizer since the last update: ``scale *= backoff_factor``
+        and the growth tracker resets.  Otherwise the tracker counts up and, on
+        reaching ``growth_interval``, resets while ``scale *= growth_factor`` (only if
+        the result is finite).  ``new_scale`` (float or 1-element tensor) sets the
+        scale instead, also clamped.  Call once per iteration, after every ``step``.
+        Never syncs.
+        """
+        if not self._enabled:
+            return
+        _scale, _growth_tracker = self._check_scale_growth_tracker("update")
+
+        found_infs = [
+            found_inf.to(device=_scale.device, non_blocking=True)
+            for state in self._per_optimizer_states.values()
+            for found_inf in state["found_inf_per_device"].values()
+        ]
+        skipped_infs = [
+            found_inf.to(device=_scale.device, non_blocking=True)
+            for state in self._per_optimizer_states.values()
+            if state["stage"] is OptState.STEPPED
+            for found_inf in state["found_inf_per_device"].values()
+        ]
+        found_inf_combined: torch.Tensor | None = None
+        if found_infs:
+            found_inf_combined = found_infs[0]
+            for t in found_infs[1:]:
+                found_inf_combined = found_inf_combined + t
+
+        if new_scale is not None:
+            if isinstance(new_scale, (float, int)):
+                _scale.fill_(float(new_scale))
+            else:
+                reason = (
+                    "new_scale should be a float or a 1-element torch.cuda.FloatTensor or "
+                    "torch.FloatTensor with requires_grad=False."
+                )
+                if new_scale.device.type != self._device:
+                    raise AssertionError(reason)
+                if new_scale.numel() != 1:
+                    raise AssertionError(reason)
+                if new_scale.requires_grad is True:
+                    raise AssertionError(reason)
+                _scale.copy_(new_scale)
+        else:
+            if found_inf_combined is None:
+                raise AssertionError("No inf checks were recorded prior to update.")
+            torch._amp_update_scale_(
+                _scale,
+                _growth_tracker,
+                found_inf_combined,
+                self._growth_factor,
+                self._backoff_factor,
+                self._growth_interval,
+            )
+        self._apply_bounds_()
+
+        if self._record_trajectory:
+            skipped = None
+            if skipped_infs:
+                skipped = skipped_infs[0]
+                for t in skipped_infs[1:]:
+                    skipped = skipped + t
+            self._record(_scale, found_inf_combined, skipped)
+
+        self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
+
+    # ------------------------------------------------------------------ telemetry
+    def _reset_trajectory_storage(self) -> None:
+        self._traj_chunks: list[torch.Tensor] = []
+        self._traj_fill = 0
+        self._traj_scale = array("f")
+        self._traj_found = array("b")
+        self._traj_skipped = array("b")
+
+    def _record(
+        self, scale: torch.Tensor, found: torch.Tensor | None, skipped: torch.Tensor | None
+    ) -> None:
+        if not self._traj_chunks or self._traj_fill == _TRAJECTORY_CHUNK:
+            self._traj_chunks.append(
+                torch.empty((_TRAJECTORY_CHUNK, 3), dtype=torch.float32, device=scale.device)
+            )
+            self._traj_fill = 0
+        zero = scale.new_zeros(())
+        row = self._traj_chunks[-1][self._traj_fill]
+        torch.stack(
+            (
+                scale,
+                zero if found is None else found.ne(0).to(torch.float32),
+                zero if skipped is None else skipped.ne(0).to(torch.float32),
+            ),
+            out=row,
+        )
+        self._traj_fill += 1
+
+    def _materialise_trajectory(self) -> None:
+        if not self._traj_chunks:
+            return
+        used = list(self._traj_chunks[:-1]) + [self._traj_chunks[-1][: self._traj_fill]]
+        rows = torch.cat(used).cpu()  # the one sync
+        self._traj_chunks = []
+        self._traj_fill = 0
+        self._traj_scale.extend(rows[:, 0].tolist())
+        self._traj_found.extend(int(v) for v in rows[:, 1].tolist())
+        self._traj_skipped.extend(int(v) for v in rows[:, 2].tolist())
+
+    def trajectory(self) -> dict[str, list]:
+        """Return the telemetry recorded since construction or :meth:`reset_trajectory`.
+
+        ``{"scale": [float per update], "found_inf": [bool per update],
+        "skipped_steps": [indices of updates whose step was skipped]}``.  ``scale[i]``
+        is the scale *after* update ``i``; ``found_inf[i]`` says whether any optimizer's
+        gradients had inf/NaN since update ``i - 1``; update ``i`` is in
+        ``skipped_steps`` if some optimizer's ``step()`` was skipped (or, with
+        ``sync_free=True``, undone).  One sync, transferring only what is new.
+        """
+        self._materialise_trajectory()
+        return {
+            "scale": list(self._traj_scale),
+            "found_inf": [bool(v) for v in self._traj_found],
+            "skipped_steps": [i for i, v in enumerate(self._traj_skipped) if v],
+        }
+
+    def reset_trajectory(self) -> None:
+        """Forget all recorded telemetry (frees its device and host memory)."""
+        self._reset_trajectory_storage()
+
+    # ------------------------------------------------------------------ accessors
+    def _get_scale_async(self) -> torch.Tensor | None:
+        return self._scale
+
+    def get_scale(self) -> float:
+        """Current scale as a Python float (1.0 if disabled).  Syncs."""
+        if self._enabled:
+            scale = self._get_scale_async()
+            return self._init_scale if scale is None else cast(float, scale.item())
+        return 1.0
+
+    def get_growth_factor(self) -> float:
+        return self._growth_factor
+
+    def set_growth_factor(self, new_factor: float) -> None:
+        self._growth_factor = new_factor
+
+    def get_backoff_factor(self) -> float:
+        return self._backoff_factor
+
+    def set_backoff_factor(self, new_factor: float) -> None:
+        self._backoff_factor = new_factor
+
+    def get_growth_interval(self) -> int:
+        return self._growth_interval
+
+    def set_growth_interval(self, new_interval: int) -> None:
+        self._growth_interval = new_interval
+
+    def get_min_scale(self) -> float:
+        return self._min_scale
+
+    def get_max_scale(self) -> float:
+        return self._max_scale
+
+    def is_sync_free(self) -> bool:
+        return self._sync_free
+
+    def _get_growth_tracker(self) -> int:
+        if self._enabled:
+            if self._growth_tracker is None:
+                return self._init_growth_tracker
+            return cast(int, self._growth_tracker.item())
+        return 0
+
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    # ------------------------------------------------------------------ checkpointing
+    def state_dict(self) -> dict[str, Any]:
+        """GradScaler's five entries plus ``min_scale``/``max_scale`` ({} if disabled).
+
+        Loadable by ``GradScaler`` (extra keys are ignored) and vice versa.  Telemetry
+        is not included.  Call after :meth:`update`.  Syncs.
+        """
+        if self._enabled:
+            return {
+                "scale": self.get_scale(),
+                "growth_factor": self._growth_factor,
+                "backoff_factor": self._backoff_factor,
+                "growth_interval": self._growth_interval,
+                "_growth_tracker": self._get_growth_tracker(),
+                "min_scale": self._min_scale,
+                "max_scale": self._max_scale,
+            }
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load a dict from :meth:`state_dict` (or from ``GradScaler.state_dict``).
+
+        Bounds absent from the dict (a ``GradScaler`` checkpoint) keep their current
+        values; the loaded scale is clamped into them.  No-op if disabled.
+        """
+        if not self._enabled:
+            return
+        if len(state_dict) == 0:
+            raise RuntimeError(
+                "The source state dict is empty, possibly because it was saved "
+                "from a disabled instance of DynamicLossScaler."
+            )
+        self._min_scale = float(state_dict.get("min_scale", self._min_scale))
+        self._max_scale = float(state_dict.get("max_scale", self._max_scale))
+        self._init_scale = self._clamp_float(state_dict["scale"])
+        if self._scale is not None:
+            self._scale.fill_(self._init_scale)
+        self._growth_factor = cast(float, state_dict["growth_factor"])
+        self._backoff_factor = cast(float, state_dict["backoff_factor"])
+        self._growth_interval = cast(int, state_dict["growth_interval"])
+        self._init_growth_tracker = cast(int, state_dict["_growth_tracker"])
+        if self._growth_tracker is not None:
+            self._growth_tracker.fill_(state_dict["_growth_tracker"])
+
+    def __getstate__(self) -> dict[str, Any]:
+        self._materialise_trajectory()
+        state = self.__dict__.copy()
+        state["_snapshots"] = None
+        if self._enabled:
+            if len(self._per_optimizer_states) != 0:
+                raise AssertionError(
+                    "A DynamicLossScaler instance may only be pickled at the beginning "
+                    "of an iteration, or at the end after scaler.update()."
+                )
+            state["_init_scale"] = self.get_scale()
+            state["_init_growth_tracker"] = self._get_growth_tracker()
+            state["_scale"] = None
+            state["_growth_tracker"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._snapshots = weakref.WeakKeyDictionary()
+
+    # ------------------------------------------------------------------ native-AMP hooks
+    def _check_inf_per_device(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        _scale, _ = self._check_scale_growth_tracker("_check_inf_per_device")
+        dummy_inv_scale = torch.full((), 1.0, dtype=torch.float32, device=_scale.device)
+        found_inf = torch.full((), 0.0, dtype=torch.float32, device=_scale.device)
+        self._per_optimizer_states[id(optimizer)]["found_inf_per_device"] = self._unscale_grads_(
+            optimizer, dummy_inv_scale, found_inf, True
+        )
+        return self._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
+
+    def _found_inf_per_device(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        return self._per_optimizer_states[id(optimizer)]["found_inf_per_device"]

@@ -1,0 +1,1 @@
+"""Training loops, one per framework."""

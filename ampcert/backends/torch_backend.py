@@ -1,0 +1,335 @@
+"""The PyTorch training loop: one RunSpec in, the measured run out.
+
+Precision is applied here and only here, so a workload runs unchanged in
+every precision:
+
+- fp32: no autocast, no loss scaling;
+- bf16: autocast to bfloat16 (its fp32-sized exponent needs no loss scaling);
+- fp16: autocast to float16 plus dynamic loss scaling.
+
+``amp: native`` uses torch.autocast and torch.amp.GradScaler; ``amp: ampcert``
+uses ampcert's own engine. Per-step values (losses, step-end events) stay on
+the device and are read once per evaluation, so the loop does not force a
+host sync every step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import random
+import resource
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ampcert import mllog
+from ampcert.spec import RunSpec
+from ampcert.workloads import registry
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class RunFailed(Exception):
+    """The run cannot go on (e.g. non-finite loss); the message is the reason."""
+
+
+def seed_everything(seed: int, device: str) -> dict[str, Any]:
+    """Seed python, numpy and torch and ask for deterministic kernels.
+
+    Returns what was set, for the run result."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if device == "cuda":
+        # cuBLAS needs a fixed workspace to be deterministic; it must be set
+        # before the first cuBLAS call in this process.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True)
+    return {
+        "seed": seed,
+        "deterministic_algorithms": True,
+        "cudnn_benchmark": False if device == "cuda" else None,
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG") if device == "cuda" else None,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+@dataclass
+class Amp:
+    """How a run applies mixed precision: an autocast factory and an optional scaler."""
+
+    autocast: Callable[[], contextlib.AbstractContextManager]
+    scaler: Any | None
+    policy: dict[str, Any] = field(default_factory=dict)
+
+
+def make_amp(spec: RunSpec) -> Amp:
+    if spec.precision == "fp32":
+        return Amp(contextlib.nullcontext, None, {"name": "none (fp32)"})
+    dtype = DTYPES[spec.precision]
+    use_scaler = spec.precision == "fp16"
+    if spec.amp == "native":
+        return Amp(
+            lambda: torch.autocast(spec.device, dtype=dtype),
+            torch.amp.GradScaler(spec.device) if use_scaler else None,
+            {"name": f"torch.autocast ({spec.device})", "torch": torch.__version__},
+        )
+    from ampcert.amp import DynamicLossScaler, autocast, load_policy, shipped_policy
+
+    policy = load_policy(spec.policy) if spec.policy else shipped_policy(spec.device)
+    return Amp(
+        lambda: autocast(spec.device, dtype=dtype, policy=policy),
+        DynamicLossScaler(spec.device) if use_scaler else None,
+        {"name": policy.name, "sha256": policy.sha256, "source": str(policy.source)},
+    )
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    h = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    return float(np.percentile(sorted_values, q))
+
+
+def step_time_stats(seconds: list[float], method: str) -> dict[str, Any] | None:
+    if not seconds:
+        return None
+    ms = np.asarray(seconds) * 1e3
+    return {
+        "n": len(ms), "mean_ms": float(ms.mean()), "std_ms": float(ms.std()),
+        "p50_ms": _percentile(ms, 50), "p90_ms": _percentile(ms, 90), "p99_ms": _percentile(ms, 99),
+        "min_ms": float(ms.min()), "max_ms": float(ms.max()), "method": method,
+    }
+
+
+class _StepClock:
+    """Per-step durations without a per-step host sync: CUDA events on GPU,
+    perf_counter on CPU (where kernels run synchronously)."""
+
+    def __init__(self, device: str):
+        self.cuda = device == "cuda"
+        self.durations: list[float] = []
+        self._pending: list[tuple[Any, Any]] = []
+        self.method = "CUDA events around each step" if self.cuda else "perf_counter around each step"
+
+    def start(self) -> Any:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def stop(self, token: Any) -> None:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self._pending.append((token, ev))
+        else:
+            self.durations.append(time.perf_counter() - token)
+
+    def collect(self) -> None:
+        """Resolve pending CUDA events (the caller has synchronised)."""
+        for start, end in self._pending:
+            self.durations.append(start.elapsed_time(end) / 1e3)
+        self._pending.clear()
+
+
+def _batches(n: int, batch_size: int, seed: int):
+    """Index batches in a fixed order for a seed: the same for every
+    precision, so parity compares like with like. Reshuffles each epoch and
+    drops the ragged tail so every step sees a full batch."""
+    gen = torch.Generator().manual_seed(seed)
+    per_epoch = max(n // batch_size, 1)
+    while True:
+        order = torch.randperm(n, generator=gen)
+        for i in range(per_epoch):
+            yield order[i * batch_size:(i + 1) * batch_size]
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """Train one run and return the RunResult fields it measured."""
+    progress = progress or (lambda _: None)
+    out: dict[str, Any] = {}
+    t_other = time.perf_counter()
+    device = spec.device
+    log.start(mllog.INIT_START)
+    out["determinism"] = seed_everything(spec.seed, device)
+    workload = registry.get(spec.workload)
+    params = workload.Params.model_validate(spec.params)
+    out["metric"], out["higher_is_better"] = workload.metric, workload.higher_is_better
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+    t_build = time.perf_counter()
+    task = workload.build(params, spec.seed, device)
+    model = task.model
+    optimizer = task.make_optimizer(model.parameters())
+    amp = make_amp(spec)
+    build_s = time.perf_counter() - t_build
+
+    budget = spec.train
+    limit = budget.step_limit
+    eval_key = "eval_accuracy" if workload.metric == "accuracy" else f"eval_{workload.metric}"
+    for key, value in [
+        (mllog.SUBMISSION_BENCHMARK, spec.label), (mllog.SEED, spec.seed),
+        (mllog.GLOBAL_BATCH_SIZE, task.batch_size), (mllog.PRECISION, spec.precision),
+        (mllog.AMP_IMPL, spec.amp), (mllog.AMP_POLICY, amp.policy.get("name")),
+        (mllog.TRAIN_SAMPLES, len(task.train_x)), (mllog.EVAL_SAMPLES, len(task.eval_x)),
+        ("max_steps", limit), ("target", budget.target),
+    ]:
+        log.event(key, value)
+    log.end(mllog.INIT_STOP)
+    out["policy"] = amp.policy
+
+    clock = _StepClock(device)
+    losses: list[torch.Tensor] = []
+    loss_scale: list[float] = []
+    skipped: list[int] = []
+    evals: list[dict[str, Any]] = []
+    batches = _batches(len(task.train_x), task.batch_size, spec.seed)
+    train_s = eval_s = 0.0
+    reached_at: dict[str, Any] | None = None
+    scaler = amp.scaler
+    # The native GradScaler already syncs every step, so reading its scale
+    # costs nothing more; ampcert's scaler keeps its own trajectory.
+    native_scaler = scaler is not None and spec.amp == "native"
+
+    log.start(mllog.RUN_START)
+    run_start = time.perf_counter()
+    step = 0
+    model.train()
+    while step < limit:
+        window = min(budget.eval_every, limit - step)
+        log.start(mllog.BLOCK_START, metadata={"first_step": step + 1, "step_count": window})
+        t_window = time.perf_counter()
+        for _ in range(window):
+            step += 1
+            tok = clock.start()
+            idx = next(batches)
+            x, y = task.train_x[idx], task.train_y[idx]
+            optimizer.zero_grad(set_to_none=True)
+            with amp.autocast():
+                loss = task.loss_fn(model(x), y)
+            if scaler is None:
+                loss.backward()
+                optimizer.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                before = scaler.get_scale() if native_scaler else None
+                scaler.update()
+                if native_scaler:
+                    after = scaler.get_scale()
+                    loss_scale.append(after)
+                    if after < before:
+                        skipped.append(step)
+            losses.append(loss.detach().float())
+            clock.stop(tok)
+        _sync(device)
+        train_s += time.perf_counter() - t_window
+        clock.collect()
+        log.end(mllog.BLOCK_STOP, metadata={"first_step": step - window + 1, "step_count": window})
+
+        window_losses = torch.stack(losses[-window:])
+        finite = torch.isfinite(window_losses)
+        if scaler is None and not bool(finite.all()):
+            bad = step - window + 1 + int((~finite).nonzero()[0])
+            raise RunFailed(f"non-finite loss at step {bad} ({spec.precision}, no loss scaling)")
+        if scaler is not None and not bool(finite.any()):
+            raise RunFailed(
+                f"loss non-finite for all {window} steps up to step {step} despite loss scaling"
+            )
+
+        t_eval = time.perf_counter()
+        log.start(mllog.EVAL_START, metadata={"step": step})
+        model.eval()
+        with torch.no_grad(), amp.autocast():
+            value = float(task.evaluate(model, task.eval_x, task.eval_y))
+        model.train()
+        _sync(device)
+        eval_s += time.perf_counter() - t_eval
+        samples = step * task.batch_size
+        log.event(eval_key, value, {"step": step, "samples": samples})
+        log.end(mllog.EVAL_STOP, metadata={"step": step})
+        evals.append({"step": step, "samples": samples, "train_time_s": train_s, "value": value})
+        if scaler is not None:
+            if not native_scaler:
+                traj = scaler.trajectory()
+                loss_scale, skipped = traj["scale"], [i + 1 for i in traj["skipped_steps"]]
+            log.event(mllog.LOSS_SCALE, loss_scale[-1] if loss_scale else None, {"step": step})
+            log.event(mllog.SKIPPED_STEPS, len(skipped), {"step": step})
+        if not math.isfinite(value):
+            raise RunFailed(f"eval {workload.metric} is {value} at step {step}")
+        progress({"step": step, "limit": limit, "metric": value,
+                  "loss": float(window_losses[finite].mean()) if finite.any() else float("nan")})
+
+        if budget.target is not None and reached_at is None:
+            hit = value >= budget.target if workload.higher_is_better else value <= budget.target
+            if hit:
+                reached_at = {"steps_to_target": step, "samples_to_target": samples,
+                              "time_to_target_s": time.perf_counter() - run_start}
+                break
+
+    log.end(mllog.RUN_STOP, metadata={"status": "success"})
+    t_tail = time.perf_counter()
+    all_losses = torch.stack(losses).cpu().tolist()
+    out.update(
+        steps=step,
+        train_samples=step * task.batch_size,
+        loss=[v if math.isfinite(v) else None for v in all_losses],
+        evals=evals,
+        final_metric=evals[-1]["value"],
+        target=budget.target,
+        samples_per_s=(step * task.batch_size) / train_s if train_s > 0 else None,
+        step_time=step_time_stats(clock.durations, clock.method),
+        peak_memory=_peak_memory(device),
+        weights_sha256=weights_digest(model),
+    )
+    if budget.target is not None:
+        out["target_reached"] = reached_at is not None
+        out.update(reached_at or {})
+    if scaler is not None:
+        out["loss_scale"], out["skipped_steps"] = loss_scale, skipped
+    other_s = (t_build - t_other) + (time.perf_counter() - t_tail)
+    out["phases_partial"] = {"build_s": build_s, "train_s": train_s, "eval_s": eval_s, "other_s": other_s}
+    out["environment"] = {
+        "torch": torch.__version__,
+        "device_name": torch.cuda.get_device_name() if device == "cuda" else _cpu_name(),
+        "data": task.data_note,
+    }
+    return out
+
+
+def _cpu_name() -> str:
+    from ampcert.envinfo import cpu_info
+
+    return cpu_info()["model"]
+
+
+def _peak_memory(device: str) -> dict[str, Any]:
+    if device == "cuda":
+        return {"value": float(torch.cuda.max_memory_allocated()), "unit": "bytes",
+                "method": "torch.cuda.max_memory_allocated (tensors only, excludes allocator cache)"}
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    scale = 1 if sys.platform == "darwin" else 1024
+    return {"value": float(kib * scale), "unit": "bytes",
+            "method": "peak RSS of the worker process (getrusage ru_maxrss; includes the framework itself)"}

@@ -1,0 +1,176 @@
+"""The ``ampcert`` command line: a thin shell over the library's functions.
+
+Bad input anywhere becomes ``ampcert: error: <one line>`` and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ampcert.errors import UserError
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    help="Benchmark and certify automatic mixed precision training.",
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _fail(message: str) -> None:
+    err_console.print(f"ampcert: error: {message}", markup=False, highlight=False, soft_wrap=True)
+    sys.exit(2)
+
+
+@app.command()
+def run(
+    suite: Path | None = typer.Argument(None, help="suite file (YAML)"),
+    out: Path | None = typer.Option(None, "--out", help="results folder (default reports/<suite>-<time>)"),
+    resume: Path | None = typer.Option(None, "--resume", help="finish an interrupted results folder"),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="with --resume: redo failed runs too"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="validate and print the run matrix only"),
+) -> None:
+    """Run a suite: every workload x precision x seed, each in its own process."""
+    from ampcert.results import ResultsDir, load
+    from ampcert.runner import orchestrator as orch
+    from ampcert.runner.progress import RunProgress
+
+    if resume is not None:
+        if suite is not None or out is not None:
+            raise UserError("--resume DIR continues that folder's own suite: give no SUITE or --out")
+        if not resume.is_dir():
+            raise UserError(f"--resume {resume}: results folder not found")
+        root = resume
+        runs = ResultsDir(root).read_plan()["runs"]
+        if dry_run:
+            _print_plan(orch.dump_plan_table(runs))
+            return
+    else:
+        if suite is None:
+            raise UserError("give a SUITE file, or --resume DIR")
+        if retry_failed:
+            raise UserError("--retry-failed goes with --resume DIR")
+        plan = orch.plan_suite(suite)
+        table = orch.dump_plan_table(plan.runs)
+        if dry_run:
+            _print_plan(table, plan)
+            return
+        root = out or orch.default_out_dir(plan.suite.name)
+        orch._prepare_out_dir(root)
+        with orch.FolderLock(root):
+            orch.write_plan(root, plan)
+        runs = plan.runs
+
+    with orch.FolderLock(root), RunProgress(console) as progress:
+        orch.execute_plan(root, runs, retry_failed=retry_failed, on_event=progress.handle)
+        from ampcert.report import summary
+
+        result_set = load(root)
+        summary.write(result_set)
+    _print_summary(result_set)
+    console.print(f"results: {root}  (summary: {ResultsDir(root).summary_html})")
+    failed = [r for r in result_set.runs if r.status == "failed"]
+    if failed:
+        raise typer.Exit(1)
+
+
+def _print_plan(rows: list[dict], plan=None) -> None:
+    if plan is not None:
+        console.print(f"suite {plan.suite.name}: {len(rows)} runs on {plan.device}")
+        for precision, cap in plan.capabilities.items():
+            console.print(f"  {precision}: {cap['note']}", markup=False)
+    table = Table("run_id", "workload", "precision", "amp", "seed", "steps", "target", "note")
+    table.columns[0].no_wrap = True
+    for r in rows:
+        table.add_row(r["run_id"], r["workload"], r["precision"], r["amp"], str(r["seed"]),
+                      str(r["steps"]), "" if r["target"] is None else str(r["target"]), r["note"])
+    console.print(table)
+
+
+def _print_summary(rs) -> None:
+    from ampcert.report import summary
+
+    s = summary.build(rs)
+    table = Table("workload", "amp", "precision", "runs", "metric", "target", "samples/s",
+                  "speedup", "accelerated", title=f"suite {s['suite']}")
+    fmt = summary._fmt
+    for g in s["groups"]:
+        table.add_row(g["workload"], g["amp"], g["precision"], f"{g['completed']}/{g['runs']}",
+                      fmt(g["final_metric_mean"]), fmt(g["target_reached"]), fmt(g["samples_per_s_mean"]),
+                      fmt(g["speedup_vs_fp32"], 3), "yes" if g["accelerated"] else "NO")
+    console.print(table)
+    for r in rs.runs:
+        if r.status != "completed":
+            console.print(f"  {r.run_id}: {r.status}: {r.reason}", markup=False)
+
+
+@app.command("list")
+def list_cmd() -> None:
+    """Workloads, suites and precisions that ampcert knows."""
+    from ampcert.spec import PRECISIONS
+    from ampcert.workloads import registry
+
+    console.print("[bold]workloads[/bold]")
+    for name in registry.names():
+        w = registry.get(name)
+        console.print(f"  {name:12} {w.summary} (metric: {w.metric})", markup=False)
+    console.print("[bold]suites[/bold]")
+    for path in sorted(Path("suites").glob("*.yaml")):
+        console.print(f"  {path}")
+    console.print("[bold]precisions[/bold]")
+    console.print("  " + ", ".join(PRECISIONS))
+
+
+@app.command()
+def env(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """The environment fingerprint: Python, frameworks, CUDA, GPUs, CPU and its flags."""
+    from ampcert.envinfo import fingerprint
+
+    fp = fingerprint()
+    if as_json:
+        console.print_json(json.dumps(fp))
+        return
+    cpu = fp["cpu"]
+    console.print(f"python      {fp['python']}  ({fp['platform']})", markup=False)
+    console.print(f"cpu         {cpu['model']}, {cpu['usable_cores']} usable of {cpu['logical_cores']} "
+                  "logical cores", markup=False)
+    if isinstance(cpu["flags"], dict):
+        flags = " ".join(f"{k}={'yes' if v else 'no'}" for k, v in cpu["flags"].items())
+        console.print(f"cpu flags   {flags}", markup=False)
+    gpu = fp["gpu"]
+    console.print(f"cuda        torch build {gpu.get('torch_cuda')}, available: {gpu.get('cuda_available')}",
+                  markup=False)
+    for d in gpu.get("devices", []):
+        console.print(f"gpu {d['index']}       {d['name']} (sm {d['capability']}, "
+                      f"{d['memory_bytes'] / 2**30:.1f} GiB)", markup=False)
+    console.print(f"driver      {gpu.get('driver') or gpu.get('nvml')}", markup=False)
+    pk = " ".join(f"{k}={v}" for k, v in fp["packages"].items() if v)
+    console.print(f"packages    {pk}", markup=False)
+
+
+@app.command()
+def report(results: Path = typer.Argument(..., help="results folder written by `ampcert run`")) -> None:
+    """Re-render the summary (JSON + HTML) from stored results."""
+    from ampcert.report import summary
+    from ampcert.results import ResultsDir, load
+
+    rs = load(results)
+    summary.write(rs)
+    _print_summary(rs)
+    console.print(f"wrote {ResultsDir(results).summary_json} and {ResultsDir(results).summary_html}")
+
+
+def main() -> None:
+    try:
+        app()
+    except UserError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        err_console.print("ampcert: interrupted; finished runs are kept (continue with --resume)")
+        sys.exit(130)

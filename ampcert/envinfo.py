@@ -1,0 +1,104 @@
+"""Environment fingerprint: what a result was measured on.
+
+Everything here is read, never assumed: a GPU driver that cannot be queried
+is reported as unavailable with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+# CPU features that decide whether low precision is fast on a CPU.
+CPU_FLAGS_OF_INTEREST = (
+    "avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_fp16",
+)
+PACKAGES = ("torch", "numpy", "pandas", "pydantic", "jax", "jaxlib", "optax", "nvidia-ml-py", "scikit-learn")
+
+
+def cpu_info() -> dict[str, Any]:
+    model, flags = platform.processor() or platform.machine(), set()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key == "model name":
+                model = value.strip()
+            elif key in ("flags", "Features") and not flags:
+                flags = set(value.split())
+    try:
+        import psutil
+
+        physical = psutil.cpu_count(logical=False)
+        memory = psutil.virtual_memory().total
+    except Exception:  # noqa: BLE001 - best effort on exotic platforms
+        physical, memory = None, None
+    return {
+        "model": model,
+        "logical_cores": os.cpu_count(),
+        "physical_cores": physical,
+        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "memory_bytes": memory,
+        "flags": {f: (f in flags) for f in CPU_FLAGS_OF_INTEREST} if flags else "unknown",
+    }
+
+
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def gpu_info() -> dict[str, Any]:
+    """GPUs as NVML and torch see them; each source says why when it cannot."""
+    info: dict[str, Any] = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    try:
+        import torch
+
+        info["torch_cuda"] = torch.version.cuda
+        info["cuda_available"] = torch.cuda.is_available()
+        if torch.cuda.is_available():
+            info["devices"] = [
+                {
+                    "index": i,
+                    "name": torch.cuda.get_device_name(i),
+                    "capability": ".".join(map(str, torch.cuda.get_device_capability(i))),
+                    "memory_bytes": torch.cuda.get_device_properties(i).total_memory,
+                }
+                for i in range(torch.cuda.device_count())
+            ]
+            info["cudnn"] = torch.backends.cudnn.version()
+    except Exception as exc:  # noqa: BLE001
+        info["torch_error"] = f"{type(exc).__name__}: {exc}"
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            info["driver"] = pynvml.nvmlSystemGetDriverVersion()
+            info["nvml_device_count"] = pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound on CPU-only boxes
+        info["nvml"] = f"unavailable: {type(exc).__name__}: {exc}"
+    return info
+
+
+def fingerprint() -> dict[str, Any]:
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "hostname": platform.node(),
+        "cpu": cpu_info(),
+        "gpu": gpu_info(),
+        "packages": package_versions(),
+    }

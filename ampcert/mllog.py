@@ -1,0 +1,106 @@
+"""MLPerf-style event logs: one ``:::MLLOG {json}`` line per event.
+
+The format follows mlcommons' mllog: each event has ``namespace``,
+``time_ms``, ``event_type`` (INTERVAL_START, INTERVAL_END or POINT_IN_TIME),
+``key``, ``value`` and ``metadata``. Lines are appended and flushed as they
+happen, so a log cut short by a crash still holds every event up to it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+PREFIX = ":::MLLOG "
+INTERVAL_START = "INTERVAL_START"
+INTERVAL_END = "INTERVAL_END"
+POINT_IN_TIME = "POINT_IN_TIME"
+
+# MLPerf core keys used here, and ampcert's own.
+INIT_START, INIT_STOP = "init_start", "init_stop"
+RUN_START, RUN_STOP = "run_start", "run_stop"
+BLOCK_START, BLOCK_STOP = "block_start", "block_stop"
+EVAL_START, EVAL_STOP = "eval_start", "eval_stop"
+EVAL_ACCURACY = "eval_accuracy"
+SEED = "seed"
+GLOBAL_BATCH_SIZE = "global_batch_size"
+TRAIN_SAMPLES, EVAL_SAMPLES = "train_samples", "eval_samples"
+SUBMISSION_BENCHMARK = "submission_benchmark"
+PRECISION = "precision"
+AMP_IMPL = "amp_impl"
+AMP_POLICY = "amp_policy"
+LOSS_SCALE = "loss_scale"
+SKIPPED_STEPS = "skipped_steps"
+
+
+def _jsonable(value: Any) -> Any:
+    # JSON has no NaN/Infinity; MLLOG readers choke on them. Spell them out.
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+class MLLogger:
+    def __init__(self, stream: TextIO, namespace: str = ""):
+        self._stream = stream
+        self._namespace = namespace
+
+    @classmethod
+    def open(cls, path: Path, namespace: str = "") -> MLLogger:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Line-buffered append: a resumed or crashed run never loses logged lines.
+        return cls(path.open("a", encoding="utf-8", buffering=1), namespace)
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def event(self, key: str, value: Any = None, metadata: dict | None = None,
+              event_type: str = POINT_IN_TIME) -> None:
+        record = {
+            "namespace": self._namespace,
+            "time_ms": int(time.time() * 1000),
+            "event_type": event_type,
+            "key": key,
+            "value": _jsonable(value),
+            "metadata": {k: _jsonable(v) for k, v in (metadata or {}).items()},
+        }
+        self._stream.write(PREFIX + json.dumps(record, sort_keys=True) + "\n")
+
+    def start(self, key: str, value: Any = None, metadata: dict | None = None) -> None:
+        self.event(key, value, metadata, INTERVAL_START)
+
+    def end(self, key: str, value: Any = None, metadata: dict | None = None) -> None:
+        self.event(key, value, metadata, INTERVAL_END)
+
+
+@dataclass(frozen=True)
+class Event:
+    line: int
+    key: str
+    value: Any
+    event_type: str
+    time_ms: int
+    metadata: dict
+    namespace: str = ""
+
+
+def read(path: Path) -> Iterator[Event]:
+    """Events in file order; lines without the prefix are ignored, as mllog does.
+
+    Raises ValueError naming the line for a prefixed line that is not a valid event.
+    """
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.startswith(PREFIX):
+                continue
+            try:
+                rec = json.loads(line[len(PREFIX):])
+                yield Event(lineno, rec["key"], rec.get("value"), rec["event_type"],
+                            int(rec["time_ms"]), rec.get("metadata") or {}, rec.get("namespace", ""))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"{path}:{lineno}: malformed MLLOG event: {exc}") from None

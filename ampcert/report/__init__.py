@@ -1,0 +1,1 @@
+"""Reports: the suite summary now; the signed report later."""

@@ -1,0 +1,264 @@
+"""Run results on disk: the model, the folder layout, atomic writes, loading.
+
+One invocation of ``ampcert run`` owns one folder::
+
+    OUT/
+      suite.yaml          the suite file exactly as given (its bytes are hashed)
+      plan.json           the run matrix as planned, with device capabilities
+      runs/<run_id>/
+        result.json       RunResult, written atomically once the run ends
+        run.mllog         MLPerf-style event log, appended while the run trains
+      summary.json        per-run table, re-derivable from the results
+      summary.html
+
+A run is finished exactly when its result.json exists and parses; every
+file is written to a temporary name and renamed, so a crash never leaves a
+half-written result that a resume would trust.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ampcert.errors import UserError
+from ampcert.spec import RunSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SCHEMA_VERSION = 1
+Status = Literal["completed", "failed", "skipped"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EvalPoint(_Model):
+    step: int
+    samples: int
+    train_time_s: float
+    value: float
+
+
+class StepTimes(_Model):
+    n: int
+    mean_ms: float
+    std_ms: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    min_ms: float
+    max_ms: float
+    method: str
+
+
+class Measured(_Model):
+    """A number and how it was obtained; ``value`` is None with a reason when
+    it could not be measured (never a made-up zero)."""
+
+    value: float | None
+    unit: str
+    method: str
+
+
+class Phases(_Model):
+    """Where the worker's wall time went, in seconds."""
+
+    startup_s: float = Field(description="process start to the worker's first line (imports included)")
+    build_s: float = Field(description="data loading, model construction, moving to the device")
+    train_s: float = Field(description="training steps, excluding evaluation")
+    eval_s: float
+    other_s: float = Field(description="seeding, digests, logging and writing results")
+
+
+class RunResult(_Model):
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    spec: RunSpec
+    status: Status
+    reason: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    wall_s: float | None = None
+    phases: Phases | None = None
+    steps: int = 0
+    train_samples: int = 0
+    metric: str | None = None
+    higher_is_better: bool | None = None
+    final_metric: float | None = None
+    target: float | None = None
+    target_reached: bool | None = None
+    steps_to_target: int | None = None
+    samples_to_target: int | None = None
+    time_to_target_s: float | None = None
+    samples_per_s: float | None = None
+    loss: list[float | None] = Field(default_factory=list, description="training loss per step; null where non-finite")
+    evals: list[EvalPoint] = Field(default_factory=list)
+    step_time: StepTimes | None = None
+    peak_memory: Measured | None = None
+    loss_scale: list[float] | None = Field(default=None, description="scale after each step's update (fp16)")
+    skipped_steps: list[int] | None = Field(default=None, description="steps whose optimizer update was skipped")
+    accelerated: bool = True
+    capability_note: str = ""
+    determinism: dict[str, Any] = Field(default_factory=dict)
+    weights_sha256: str | None = None
+    environment: dict[str, Any] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- writes
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` so that ``path`` holds either the old or the new content,
+    never a mix: temp file in the same folder, fsync, rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    if isinstance(obj, BaseModel):
+        text = obj.model_dump_json(indent=1)
+    else:
+        text = json.dumps(obj, indent=1, sort_keys=True, default=str)
+    atomic_write_text(path, text + "\n")
+
+
+# --------------------------------------------------------------------------- layout
+
+
+@dataclass(frozen=True)
+class ResultsDir:
+    root: Path
+
+    @property
+    def suite_file(self) -> Path:
+        return self.root / "suite.yaml"
+
+    @property
+    def plan_file(self) -> Path:
+        return self.root / "plan.json"
+
+    @property
+    def summary_json(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def summary_html(self) -> Path:
+        return self.root / "summary.html"
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / "runs" / run_id
+
+    def result_file(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "result.json"
+
+    def mllog_file(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "run.mllog"
+
+    def read_plan(self) -> dict[str, Any]:
+        if not self.plan_file.exists():
+            raise UserError(f"{self.root}: not an ampcert results folder (no plan.json)")
+        try:
+            plan = json.loads(self.plan_file.read_text(encoding="utf-8"))
+            plan["runs"] = [RunSpec.model_validate(r) for r in plan["runs"]]
+        except (json.JSONDecodeError, KeyError, TypeError, ValidationError) as exc:
+            raise UserError(f"{self.plan_file}: unreadable plan: {str(exc).splitlines()[0]}") from None
+        return plan
+
+    def read_result(self, run_id: str) -> RunResult | None:
+        """The stored result, or None if the run has none that can be trusted
+        (missing, truncated, not JSON, not a RunResult, or for another run)."""
+        path = self.result_file(run_id)
+        try:
+            result = RunResult.model_validate_json(path.read_bytes())
+        except (OSError, ValidationError):
+            return None
+        return result if result.run_id == run_id else None
+
+
+# --------------------------------------------------------------------------- loading
+
+
+@dataclass
+class ResultSet:
+    """Everything one results folder holds, loaded."""
+
+    root: Path
+    suite_name: str
+    plan: list[RunSpec]
+    runs: list[RunResult]
+    missing: list[str]
+
+    def frame(self) -> pd.DataFrame:
+        """One row per run with the headline numbers, for tables and dashboards."""
+        import pandas as pd
+
+        rows = []
+        for r in self.runs:
+            rows.append(
+                {
+                    "run_id": r.run_id,
+                    "workload": r.spec.label,
+                    "backend": r.spec.backend,
+                    "amp": r.spec.amp,
+                    "precision": r.spec.precision,
+                    "seed": r.spec.seed,
+                    "device": r.spec.device,
+                    "status": r.status,
+                    "reason": r.reason,
+                    "steps": r.steps,
+                    "metric": r.metric,
+                    "final_metric": r.final_metric,
+                    "target_reached": r.target_reached,
+                    "steps_to_target": r.steps_to_target,
+                    "time_to_target_s": r.time_to_target_s,
+                    "samples_per_s": r.samples_per_s,
+                    "step_ms_p50": r.step_time.p50_ms if r.step_time else None,
+                    "peak_memory_bytes": r.peak_memory.value if r.peak_memory else None,
+                    "skipped_steps": len(r.skipped_steps) if r.skipped_steps is not None else None,
+                    "accelerated": r.accelerated,
+                    "wall_s": r.wall_s,
+                }
+            )
+        return pd.DataFrame(rows)
+
+
+def load(root: str | Path) -> ResultSet:
+    """Load a results folder written by ``ampcert run``."""
+    rd = ResultsDir(Path(root))
+    if not rd.root.is_dir():
+        raise UserError(f"{rd.root}: results folder not found")
+    plan = rd.read_plan()
+    runs: list[RunResult] = []
+    missing: list[str] = []
+    for spec in plan["runs"]:
+        result = rd.read_result(spec.run_id)
+        if result is None:
+            missing.append(spec.run_id)
+        else:
+            runs.append(result)
+    return ResultSet(rd.root, plan["suite"], plan["runs"], runs, missing)

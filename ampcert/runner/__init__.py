@@ -1,0 +1,1 @@
+"""Running the matrix: one worker process per run, supervised by the orchestrator."""

@@ -1,0 +1,273 @@
+"""The orchestrator: plan a suite, run each RunSpec in its own process, resume.
+
+Isolation is by process: a run that raises, diverges, hangs past its
+timeout or is killed (out of memory, a signal) becomes a failed RunResult
+with its reason, and the suite goes on. Workers are forked from a
+forkserver that has already imported torch, so each run pays for a fork,
+not for a fresh interpreter and framework import.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ampcert import __version__
+from ampcert.errors import UserError
+from ampcert.results import ResultsDir, RunResult, atomic_write_json, atomic_write_text
+from ampcert.spec import RunSpec, Suite, apply_capabilities, expand, load_suite
+
+# Imported once in the forkserver, so each worker starts with them loaded.
+# torch._inductor is what torch.use_deterministic_algorithms imports (~3 s).
+_PRELOAD = ["ampcert.runner.worker", "ampcert.backends.torch_backend", "ampcert.workloads.digits",
+            "torch._inductor"]
+_context: Any = None
+
+
+def _mp_context():
+    global _context
+    if _context is None:
+        method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+        _context = mp.get_context(method)
+        if method == "forkserver":
+            _context.set_forkserver_preload(_PRELOAD)
+    return _context
+
+
+def resolve_device(requested: str) -> str:
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise UserError("device: cuda was requested but torch sees no CUDA device "
+                        f"(torch {torch.__version__}, CUDA build: {torch.version.cuda})")
+    return requested
+
+
+@dataclass
+class Plan:
+    suite: Suite
+    suite_path: Path
+    runs: list[RunSpec]
+    capabilities: dict[str, Any]
+    device: str
+
+
+def plan_suite(suite_path: str | Path) -> Plan:
+    from ampcert.backends.capability import probe
+
+    path = Path(suite_path)
+    suite = load_suite(path)
+    device = resolve_device(suite.device)
+    runs = expand(suite, device)
+    precisions = sorted({r.precision for r in runs})
+    capabilities = probe(device, precisions)
+    return Plan(suite, path, apply_capabilities(suite, runs, capabilities), capabilities, device)
+
+
+def default_out_dir(suite_name: str) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("reports") / f"{suite_name}-{stamp}"
+
+
+def _prepare_out_dir(out: Path) -> None:
+    """Create the folder, refusing one that already holds anything (results
+    are never overwritten; --resume continues a folder)."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        raise UserError(f"--out {out}: folder is not empty; use `ampcert run --resume {out}` "
+                        "to continue it, or choose another folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe_file = out / ".write-test"
+        probe_file.write_text("")
+        probe_file.unlink()
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot write there: {exc.strerror or exc}") from None
+
+
+class FolderLock:
+    """One invocation per results folder: a second one is refused, not interleaved.
+
+    The lock file holds the owner's pid; a lock left by a dead process (say, a
+    SIGKILL) is stale and is taken over.
+    """
+
+    def __init__(self, root: Path):
+        self.path = root / ".lock"
+
+    def __enter__(self) -> FolderLock:
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                try:
+                    pid = int(self.path.read_text().strip() or 0)
+                except (OSError, ValueError):
+                    pid = 0
+                if pid and _alive(pid):
+                    raise UserError(f"{self.path.parent}: another ampcert (pid {pid}) is writing "
+                                    "to this folder") from None
+                self.path.unlink(missing_ok=True)
+                continue
+            with os.fdopen(fd, "w") as fh:
+                fh.write(str(os.getpid()))
+            return self
+        raise UserError(f"{self.path}: could not take the folder lock")
+
+    def __exit__(self, *exc: object) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def write_plan(out: Path, plan: Plan) -> None:
+    import hashlib
+
+    from ampcert.envinfo import fingerprint
+
+    raw = plan.suite_path.read_bytes()
+    rd = ResultsDir(out)
+    atomic_write_text(rd.suite_file, raw.decode("utf-8"))
+    atomic_write_json(rd.plan_file, {
+        "tool": f"ampcert {__version__}",
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "suite": plan.suite.name,
+        "suite_source": str(plan.suite_path),
+        "suite_sha256": hashlib.sha256(raw).hexdigest(),
+        "device": plan.device,
+        "capabilities": plan.capabilities,
+        "environment": fingerprint(),
+        "runs": [r.model_dump(mode="json") for r in plan.runs],
+    })
+
+
+Event = dict[str, Any]
+
+
+def _failure_reason(exitcode: int | None, timed_out: bool, timeout_s: int) -> str:
+    if timed_out:
+        return f"timeout: run exceeded {timeout_s} s and was killed"
+    if exitcode is not None and exitcode < 0:
+        name = signal.Signals(-exitcode).name if -exitcode in signal.valid_signals() else str(-exitcode)
+        hint = " (the out-of-memory killer sends SIGKILL)" if name == "SIGKILL" else ""
+        return f"worker killed by {name}{hint} before writing its result"
+    return f"worker exited with code {exitcode} before writing its result"
+
+
+def run_one(spec: RunSpec, root: Path, on_event: Callable[[Event], None]) -> RunResult:
+    """Run one spec in a worker process and return its (stored) result."""
+    from ampcert.runner.worker import now_iso
+
+    rd = ResultsDir(root)
+    ctx = _mp_context()
+    events = ctx.Queue()  # one queue per run: a killed worker cannot poison the next one
+    started_at = now_iso()
+    spawned = time.time()
+    proc = ctx.Process(
+        target=_process_entry, args=(spec.model_dump_json(), str(root), events, spawned),
+        name=f"ampcert-{spec.run_id}", daemon=True,
+    )
+    proc.start()
+    deadline = time.monotonic() + spec.timeout_s
+    timed_out = False
+    while True:
+        try:
+            on_event(events.get(timeout=0.25))
+        except queue_mod.Empty:
+            pass
+        if not proc.is_alive():
+            break
+        if time.monotonic() > deadline:
+            timed_out = True
+            proc.kill()
+            break
+    proc.join()
+    try:
+        while True:
+            on_event(events.get_nowait())
+    except (queue_mod.Empty, OSError, ValueError, EOFError):
+        pass
+    events.close()
+    result = rd.read_result(spec.run_id)
+    if result is None or timed_out:
+        result = RunResult(
+            run_id=spec.run_id, spec=spec, status="failed",
+            reason=_failure_reason(proc.exitcode, timed_out, spec.timeout_s),
+            started_at=started_at, finished_at=now_iso(), wall_s=time.time() - spawned,
+            accelerated=spec.accelerated, capability_note=spec.capability_note,
+        )
+        atomic_write_json(rd.result_file(spec.run_id), result)
+    return result
+
+
+def _process_entry(spec_json: str, root: str, events, spawned: float) -> None:
+    from ampcert.runner.worker import process_main
+
+    process_main(spec_json, root, events, spawned)
+
+
+def skipped_result(spec: RunSpec) -> RunResult:
+    return RunResult(run_id=spec.run_id, spec=spec, status="skipped", reason=spec.skip_reason,
+                     accelerated=spec.accelerated, capability_note=spec.capability_note)
+
+
+def pending_runs(rd: ResultsDir, runs: list[RunSpec], retry_failed: bool) -> list[RunSpec]:
+    """Runs without a trustworthy result (and failed ones, if asked)."""
+    todo = []
+    for spec in runs:
+        result = rd.read_result(spec.run_id)
+        if result is None or (retry_failed and result.status == "failed"):
+            todo.append(spec)
+    return todo
+
+
+def execute_plan(root: Path, runs: list[RunSpec], *, retry_failed: bool = False,
+                 on_event: Callable[[Event], None] = lambda e: None) -> list[RunResult]:
+    """Run every pending spec in order, emitting progress events:
+    ``{"kind": "start"|"step"|"done", ...}``."""
+    rd = ResultsDir(root)
+    todo = pending_runs(rd, runs, retry_failed)
+    on_event({"kind": "plan", "total": len(runs), "todo": len(todo)})
+    for spec in todo:
+        on_event({"kind": "start", "run_id": spec.run_id, "limit": spec.train.step_limit})
+        if spec.skip_reason:
+            result = skipped_result(spec)
+            atomic_write_json(rd.result_file(spec.run_id), result)
+        else:
+            result = run_one(spec, root, lambda e: on_event({"kind": "step", **e}))
+        on_event({"kind": "done", "run_id": spec.run_id, "result": result})
+    return [r for r in (rd.read_result(s.run_id) for s in runs) if r is not None]
+
+
+def dump_plan_table(runs: list[RunSpec]) -> list[dict[str, Any]]:
+    return [
+        {"run_id": r.run_id, "workload": r.label, "precision": r.precision, "amp": r.amp,
+         "seed": r.seed, "device": r.device, "steps": r.train.step_limit,
+         "target": r.train.target, "accelerated": r.accelerated,
+         "note": ("skipped: " if r.skip_reason else "") + ("" if r.accelerated else "not accelerated")}
+        for r in runs
+    ]
+
+
+def plan_json(plan: Plan) -> str:
+    return json.dumps(dump_plan_table(plan.runs), indent=1)

@@ -1,0 +1,67 @@
+"""Live progress in the terminal: runs done/total, the current run, its step, ETA.
+
+Fed by the orchestrator's events; on a terminal it draws rich progress bars,
+and it always prints one line per finished run (what CI logs keep).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+
+class RunProgress:
+    def __init__(self, console: Console):
+        self.console = console
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+            console=console, transient=True,
+        )
+        self.suite_task: Any = None
+        self.run_task: Any = None
+        self.total = 0
+
+    def __enter__(self) -> RunProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)
+
+    def handle(self, event: dict[str, Any]) -> None:
+        kind = event["kind"]
+        if kind == "plan":
+            self.total = event["total"]
+            done = self.total - event["todo"]
+            if done:
+                self.console.print(f"resuming: {done} of {self.total} runs already have results")
+            self.suite_task = self.progress.add_task("runs", total=self.total, completed=done)
+        elif kind == "start":
+            if self.run_task is not None:
+                self.progress.remove_task(self.run_task)
+            self.run_task = self.progress.add_task(f"  {event['run_id']}", total=event["limit"])
+        elif kind == "step" and self.run_task is not None:
+            desc = f"  {event['run_id']} loss {event['loss']:.4g} metric {event['metric']:.4g}"
+            self.progress.update(self.run_task, completed=event["step"], total=event["limit"],
+                                 description=desc)
+        elif kind == "done":
+            result = event["result"]
+            self.progress.advance(self.suite_task)
+            line = f"[{result.status}] {result.run_id}"
+            if result.status == "completed":
+                line += f": {result.metric} {result.final_metric:.4g} after {result.steps} steps"
+                if result.wall_s is not None:
+                    line += f", {result.wall_s:.1f} s"
+            else:
+                line += f": {result.reason}"
+            self.console.print(line, markup=False, highlight=False)

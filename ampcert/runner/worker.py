@@ -1,0 +1,81 @@
+"""The worker: trains exactly one run in its own process and writes its result.
+
+Everything that can go wrong inside a run (an exception in the workload, a
+non-finite loss) ends here as a failed RunResult with the reason; what kills
+the process outright (a signal, the out-of-memory killer, a timeout) is
+recorded by the orchestrator, which sees the exit code and no result file.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ampcert import mllog
+from ampcert.errors import UserError
+from ampcert.results import Phases, ResultsDir, RunResult, atomic_write_json
+from ampcert.spec import RunSpec
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None = None) -> RunResult:
+    """Train ``spec`` and write its result.json atomically; never raises for a run's own failure."""
+    entered = time.time()
+    rd = ResultsDir(root)
+    run_dir = rd.run_dir(spec.run_id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "error.txt").unlink(missing_ok=True)
+    started_at = now_iso()
+    t0 = time.perf_counter()
+    # A redone run starts its log afresh: the log describes this attempt only.
+    rd.mllog_file(spec.run_id).unlink(missing_ok=True)
+    log = mllog.MLLogger.open(rd.mllog_file(spec.run_id), namespace=spec.run_id)
+    fields: dict[str, Any] = {}
+    status, reason = "completed", None
+    try:
+        if spec.backend == "torch":
+            from ampcert.backends import torch_backend as backend
+        else:  # pragma: no cover - the spec's Literal admits only torch today
+            raise UserError(f"backend {spec.backend!r} is not available")
+        fields = backend.train(spec, log, progress)
+    except Exception as exc:  # noqa: BLE001 - a run's failure is data, not a crash
+        status = "failed"
+        known = type(exc).__name__ in ("RunFailed", "UserError")
+        reason = str(exc) if known else f"{type(exc).__name__}: {exc}"
+        (run_dir / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
+        log.end(mllog.RUN_STOP, metadata={"status": "aborted", "reason": reason})
+    finally:
+        log.close()
+    wall_s = time.perf_counter() - t0
+    partial = fields.pop("phases_partial", None)
+    phases = None
+    if partial is not None:
+        startup = max(entered - spawned_at, 0.0) if spawned_at else 0.0
+        accounted = partial["build_s"] + partial["train_s"] + partial["eval_s"]
+        phases = Phases(startup_s=startup, build_s=partial["build_s"], train_s=partial["train_s"],
+                        eval_s=partial["eval_s"], other_s=max(wall_s - accounted, 0.0))
+    result = RunResult(
+        run_id=spec.run_id, spec=spec, status=status, reason=reason,
+        started_at=started_at, finished_at=now_iso(), wall_s=wall_s, phases=phases,
+        accelerated=spec.accelerated, capability_note=spec.capability_note,
+        **{k: v for k, v in fields.items() if k not in ("policy", "environment")},
+        environment={**fields.get("environment", {}), "amp_policy": fields.get("policy")},
+    )
+    atomic_write_json(rd.result_file(spec.run_id), result)
+    return result
+
+
+def process_main(spec_json: str, root: str, queue, spawned_at: float) -> None:
+    """Entry point of a worker process (see orchestrator)."""
+    spec = RunSpec.model_validate_json(spec_json)
+
+    def progress(update: dict) -> None:
+        queue.put({"run_id": spec.run_id, **update})
+
+    execute(spec, Path(root), progress, spawned_at)

@@ -1,0 +1,281 @@
+"""Suite files: what to run.
+
+A suite (YAML) names workloads, precisions, seeds, a training budget and a
+device; :func:`load_suite` validates it into a :class:`Suite`, and
+:func:`expand` turns it into the run matrix, one :class:`RunSpec` per
+(workload, precision, seed). A RunSpec is plain, frozen data: it crosses the
+process boundary to the worker, and its content (not its position in the
+file) gives its run id, so the same suite always names its runs the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+
+from ampcert.errors import UserError
+
+Precision = Literal["fp32", "fp16", "bf16"]
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
+AmpImpl = Literal["native", "ampcert"]
+Device = Literal["auto", "cpu", "cuda"]
+Backend = Literal["torch"]
+# What to do with a low precision that the device does not accelerate
+# (fp16 on most CPUs): run it anyway, cap its steps, or skip it. Every choice
+# is recorded in the run result; none is silent.
+Unaccelerated = Literal["run", "cap", "skip"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TrainBudget(_Strict):
+    """How long a run trains: a fixed number of steps, or until the eval
+    metric reaches ``target`` with ``max_steps`` as the cap (MLPerf's
+    time-to-quality)."""
+
+    steps: PositiveInt | None = None
+    target: float | None = None
+    max_steps: PositiveInt | None = None
+    eval_every: PositiveInt = 50
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> TrainBudget:
+        if self.target is None:
+            if self.steps is None:
+                raise ValueError("give `steps`, or `target` with `max_steps`")
+            if self.max_steps is not None:
+                raise ValueError("`max_steps` caps a `target`; with a fixed budget use `steps`")
+        else:
+            if self.steps is not None:
+                raise ValueError("give either `steps` or `target`, not both")
+            if self.max_steps is None:
+                raise ValueError("a `target` needs a `max_steps` cap")
+        return self
+
+    @property
+    def step_limit(self) -> int:
+        return self.steps if self.steps is not None else self.max_steps  # type: ignore[return-value]
+
+
+class WorkloadEntry(_Strict):
+    workload: str = Field(min_length=1)
+    id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    params: dict[str, Any] = Field(default_factory=dict)
+    train: TrainBudget | None = None
+    precisions: list[Precision] | None = None
+    seeds: list[int] | None = None
+
+    @property
+    def label(self) -> str:
+        return self.id or self.workload.replace(":", ".").split(".")[-1]
+
+
+class Suite(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str = ""
+    backend: Backend = "torch"
+    amp: AmpImpl = "native"
+    policy: str | None = None
+    device: Device = "auto"
+    precisions: list[Precision] = Field(default_factory=lambda: list(PRECISIONS), min_length=1)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    train: TrainBudget = Field(default_factory=lambda: TrainBudget(steps=100))
+    timeout_s: PositiveInt = 900
+    unaccelerated: Unaccelerated = "run"
+    unaccelerated_max_steps: PositiveInt | None = None
+    workloads: list[WorkloadEntry] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> Suite:
+        seen: set[str] = set()
+        for entry in self.workloads:
+            if entry.label in seen:
+                raise ValueError(
+                    f"duplicate workload entry {entry.label!r}: give each entry a distinct `id`"
+                )
+            seen.add(entry.label)
+        for where, values in [("precisions", self.precisions), ("seeds", self.seeds)]:
+            if len(set(values)) != len(values):
+                raise ValueError(f"`{where}` lists a value twice: {values}")
+        if self.unaccelerated == "cap" and self.unaccelerated_max_steps is None:
+            raise ValueError("`unaccelerated: cap` needs `unaccelerated_max_steps`")
+        return self
+
+
+class RunSpec(_Strict):
+    """One run of the matrix: everything a worker needs, nothing it must look up."""
+
+    suite: str
+    label: str
+    workload: str
+    params: dict[str, Any]
+    backend: Backend
+    amp: AmpImpl
+    policy: str | None
+    precision: Precision
+    seed: int
+    device: Literal["cpu", "cuda"]
+    train: TrainBudget
+    timeout_s: int
+    # Filled from the device's precision capability when the suite is planned.
+    accelerated: bool = True
+    capability_note: str = ""
+    skip_reason: str | None = None
+
+    def identity(self) -> dict[str, Any]:
+        """The fields that decide what a run computes; its id hashes these.
+
+        The suite name, timeout and capability findings are left out: renaming
+        a suite or re-measuring a device does not make a different run.
+        """
+        return self.model_dump(
+            include={"label", "workload", "params", "backend", "amp", "policy",
+                     "precision", "seed", "device", "train"}
+        )
+
+    @property
+    def run_id(self) -> str:
+        digest = hashlib.sha256(canonical_json(self.identity()).encode()).hexdigest()[:8]
+        return f"{self.label}-{self.precision}-{self.amp}-s{self.seed}-{digest}"
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _field_path(loc: tuple[Any, ...], data: Any) -> str:
+    """`workloads[0].train.steps`, naming list items by their workload where possible."""
+    parts: list[str] = []
+    node = data
+    for key in loc:
+        if isinstance(key, int):
+            label = ""
+            if isinstance(node, list) and 0 <= key < len(node) and isinstance(node[key], dict):
+                label = node[key].get("id") or node[key].get("workload") or ""
+            parts.append(f"[{key}]" + (f"({label})" if label else ""))
+        else:
+            parts.append(("." if parts else "") + str(key))
+        try:
+            node = node[key]
+        except (KeyError, IndexError, TypeError):
+            node = None
+    return "".join(parts) or "(top level)"
+
+
+def validation_message(source: str, err: ValidationError, data: Any) -> str:
+    """One line for the first problem pydantic found: file, field, expectation."""
+    first = err.errors()[0]
+    where = _field_path(tuple(first["loc"]), data)
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        msg = "unknown field"
+    elif first["type"] == "literal_error":
+        msg = f"got {first.get('input')!r}, {msg.lower()}"
+    more = len(err.errors()) - 1
+    suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    return f"{source}: {where}: {msg}{suffix}"
+
+
+def read_yaml(path: str | Path, what: str = "file") -> Any:
+    """Parse a YAML file, turning every way it can fail into a UserError."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{p}: {what} not found")
+    if p.is_dir():
+        raise UserError(f"{p}: expected a {what}, found a folder")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{p}: cannot read {what}: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"{p}: malformed YAML{at}: {problem}") from None
+
+
+def parse_suite(data: Any, source: str = "<suite>") -> Suite:
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: expected a mapping of suite fields at the top level")
+    try:
+        suite = Suite.model_validate(data)
+    except ValidationError as err:
+        raise UserError(validation_message(source, err, data)) from None
+    from ampcert.workloads import registry
+
+    for i, entry in enumerate(suite.workloads):
+        where = f"{source}: workloads[{i}]({entry.label})"
+        registry.validate_entry(entry, where)
+    return suite
+
+
+def load_suite(path: str | Path) -> Suite:
+    return parse_suite(read_yaml(path, "suite file"), str(path))
+
+
+def expand(suite: Suite, device: Literal["cpu", "cuda"]) -> list[RunSpec]:
+    """The run matrix, in a stable order: workload entry, then precision, then seed."""
+    from ampcert.workloads import registry
+
+    runs: list[RunSpec] = []
+    for entry in suite.workloads:
+        params = registry.resolve_params(entry)
+        for precision in entry.precisions or suite.precisions:
+            for seed in entry.seeds or suite.seeds:
+                runs.append(
+                    RunSpec(
+                        suite=suite.name,
+                        label=entry.label,
+                        workload=entry.workload,
+                        params=params,
+                        backend=suite.backend,
+                        amp=suite.amp,
+                        policy=suite.policy,
+                        precision=precision,
+                        seed=seed,
+                        device=device,
+                        train=entry.train or suite.train,
+                        timeout_s=suite.timeout_s,
+                    )
+                )
+    return runs
+
+
+def apply_capabilities(
+    suite: Suite, runs: list[RunSpec], capabilities: dict[str, dict[str, Any]]
+) -> list[RunSpec]:
+    """Mark runs whose precision the device does not accelerate, and apply
+    the suite's declared policy for them (run, cap the steps, or skip)."""
+    out: list[RunSpec] = []
+    for run in runs:
+        cap = capabilities.get(run.precision, {"accelerated": True, "note": ""})
+        update: dict[str, Any] = {"accelerated": cap["accelerated"], "capability_note": cap["note"]}
+        if not cap["accelerated"]:
+            if suite.unaccelerated == "skip":
+                update["skip_reason"] = (
+                    f"{run.precision} not accelerated on {run.device}; skipped by "
+                    "the suite's `unaccelerated: skip`"
+                )
+            elif suite.unaccelerated == "cap":
+                limit = suite.unaccelerated_max_steps
+                assert limit is not None
+                budget = run.train
+                if budget.step_limit > limit:
+                    fields = {"max_steps": limit} if budget.target is not None else {"steps": limit}
+                    update["train"] = budget.model_copy(update=fields)
+                    update["capability_note"] += (
+                        f"; steps capped at {limit} by the suite's `unaccelerated: cap`"
+                    )
+        # A capped run computes something else, so its id (which hashes the
+        # budget) differs; the plan is stored, so --resume never re-decides.
+        out.append(run.model_copy(update=update))
+    return out

@@ -1,0 +1,1 @@
+"""Workloads: models with their data, loss and metric (see base.py)."""

@@ -1,0 +1,47 @@
+"""What a workload is: the contract between a model and the training loop.
+
+A workload is an object with a name, a pydantic ``Params`` model for its
+knobs, the metric it is judged by, and a ``build(params, seed, device)`` that
+returns a :class:`TorchTask`: the model, its data already in memory as
+tensors, its loss, optimizer and evaluation. The backend owns everything
+else (precision, loss scaling, batching order, timing), so one workload runs
+unchanged in fp32, fp16 and bf16.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass
+class TorchTask:
+    model: torch.nn.Module
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    eval_x: torch.Tensor
+    eval_y: torch.Tensor
+    batch_size: int
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    make_optimizer: Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
+    # Returns the workload's metric on (x, y); called under torch.no_grad()
+    # and inside the run's autocast region, like inference would be.
+    evaluate: Callable[[torch.nn.Module, torch.Tensor, torch.Tensor], float]
+    data_note: str = ""
+
+
+@runtime_checkable
+class Workload(Protocol):
+    name: str
+    summary: str
+    metric: str
+    higher_is_better: bool
+    Params: ClassVar[type[BaseModel]]
+
+    def build(self, params: Any, seed: int, device: str) -> TorchTask: ...

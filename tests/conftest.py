@@ -1,0 +1,56 @@
+"""Shared helpers: run the real CLI in a subprocess, write suite files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+
+
+def cli_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # tests/ on the path makes tests/fault_workloads.py importable as a plugin workload.
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(REPO), env.get("PYTHONPATH", "")])
+    env["COLUMNS"] = "200"
+    return env
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ampcert", *map(str, args)],
+        cwd=cwd or REPO, env=cli_env(), capture_output=True, text=True, timeout=timeout,
+    )
+
+
+@pytest.fixture
+def write_suite(tmp_path):
+    def write(text: str, name: str = "suite.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text))
+        return path
+
+    return write
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` with its bytes, to prove nothing was touched."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests run where CUDA is (nox -s gpu); elsewhere they are skipped, visibly."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run `nox -s gpu` on a GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

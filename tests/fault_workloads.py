@@ -1,0 +1,80 @@
+"""Workloads that misbehave on purpose, to test the harness's failure isolation.
+
+They are real plugin workloads (named by import path in a suite, e.g.
+``fault_workloads:raising``) wrapping the digits workload, each failing in
+one way a real run can fail.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import torch
+
+from ampcert.workloads.digits import DigitsWorkload
+
+
+class _Fault(DigitsWorkload):
+    summary = "digits, made to fail (test only)"
+
+    def build(self, params, seed, device):
+        task = super().build(params, seed, device)
+        calls = {"n": 0}
+        inner = task.loss_fn
+
+        def loss_fn(out, y):
+            calls["n"] += 1
+            return self.at_step(calls["n"], inner(out, y))
+
+        task.loss_fn = loss_fn
+        return task
+
+    def at_step(self, step: int, loss: torch.Tensor) -> torch.Tensor:
+        return loss
+
+
+class Raising(_Fault):
+    name = "raising"
+
+    def at_step(self, step, loss):
+        if step == 7:
+            raise ValueError("injected failure at step 7")
+        return loss
+
+
+class NaNLoss(_Fault):
+    name = "nan"
+
+    def at_step(self, step, loss):
+        return loss * float("nan") if step >= 5 else loss
+
+
+class Hang(_Fault):
+    name = "hang"
+
+    def at_step(self, step, loss):
+        if step == 3:
+            time.sleep(3600)
+        return loss
+
+
+class Killed(_Fault):
+    name = "killed"
+
+    def at_step(self, step, loss):
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return loss
+
+
+class BadBuilder(DigitsWorkload):
+    name = "badbuilder"
+
+    def build(self, params, seed, device):
+        raise RuntimeError("the user's builder is broken")
+
+
+raising, nan, hang, killed, badbuilder = Raising(), NaNLoss(), Hang(), Killed(), BadBuilder()
+not_a_workload = object()

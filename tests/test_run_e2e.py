@@ -1,0 +1,164 @@
+"""`ampcert run` end to end, through the real CLI and real worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO, cli_env, run_cli, snapshot
+
+from ampcert import mllog
+from ampcert.results import ResultsDir, load
+
+TINY = """
+name: tiny
+precisions: [fp32, bf16]
+seeds: [0]
+train: {steps: 30, eval_every: 10}
+timeout_s: 120
+workloads:
+  - workload: digits
+"""
+
+
+def test_run_writes_results_logs_and_summary(tmp_path, write_suite):
+    out = tmp_path / "out"
+    proc = run_cli("run", write_suite(TINY), "--out", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rs = load(out)
+    assert rs.missing == [] and len(rs.runs) == 2
+    for r in rs.runs:
+        assert r.status == "completed" and r.steps == 30 and r.train_samples == 30 * 64
+        assert len(r.loss) == 30 and [e.step for e in r.evals] == [10, 20, 30]
+        assert 0.0 <= r.final_metric <= 1.0 and r.samples_per_s > 0
+        assert r.step_time.n == 30 and r.peak_memory.value > 0 and "RSS" in r.peak_memory.method
+        assert r.phases.train_s > 0 and r.weights_sha256 and r.determinism["deterministic_algorithms"]
+        events = list(mllog.read(ResultsDir(out).mllog_file(r.run_id)))
+        keys = [e.key for e in events]
+        assert keys[0] == "init_start" and keys[-1] == "run_stop"
+        assert keys.index("init_stop") < keys.index("run_start") < keys.index("run_stop")
+        assert keys.count("eval_accuracy") == 3 and events[-1].metadata["status"] == "success"
+    bf16 = next(r for r in rs.runs if r.spec.precision == "bf16")
+    assert bf16.loss_scale is None  # bf16 trains without a loss scaler
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["counts"] == {"planned": 2, "completed": 2, "failed": 0, "skipped": 0, "missing": 0}
+    assert (out / "summary.html").read_text().count("<tr") == 1 + 2 + 1 + 2
+    # `ampcert report` re-renders the same summary from what is stored.
+    before = snapshot(out)
+    assert run_cli("report", out).returncode == 0
+    assert snapshot(out) == before
+    assert "digits-fp32-native-s0-" in proc.stdout and "[completed]" in proc.stdout
+
+
+FAULTS = """
+name: faults
+precisions: [fp32]
+seeds: [0]
+train: {steps: 20, eval_every: 10}
+timeout_s: 15
+workloads:
+  - workload: digits
+  - workload: "fault_workloads:raising"
+  - workload: "fault_workloads:nan"
+  - workload: "fault_workloads:nan"
+    id: nan-scaled
+    precisions: [fp16]
+    train: {steps: 10, eval_every: 5}
+  - workload: "fault_workloads:hang"
+  - workload: "fault_workloads:killed"
+  - workload: "fault_workloads:badbuilder"
+"""
+
+
+def test_failures_are_isolated_and_explained(tmp_path, write_suite):
+    out = tmp_path / "out"
+    proc = run_cli("run", write_suite(FAULTS), "--out", out)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # some runs failed; the suite finished
+    assert "Traceback" not in proc.stdout + proc.stderr
+    by_label = {r.spec.label: r for r in load(out).runs}
+    assert by_label["digits"].status == "completed"
+    reasons = {label: r.reason for label, r in by_label.items() if r.status == "failed"}
+    assert reasons["raising"] == "ValueError: injected failure at step 7"
+    assert reasons["nan"] == "non-finite loss at step 5 (fp32, no loss scaling)"
+    assert "non-finite for all 5 steps up to step 10 despite loss scaling" in reasons["nan-scaled"]
+    assert reasons["hang"] == "timeout: run exceeded 15 s and was killed"
+    assert reasons["killed"].startswith("worker killed by SIGKILL")
+    assert reasons["badbuilder"] == "RuntimeError: the user's builder is broken"
+    rd = ResultsDir(out)
+    raising = by_label["raising"].run_id
+    assert "injected failure" in (rd.run_dir(raising) / "error.txt").read_text()  # traceback kept on disk
+    last = list(mllog.read(rd.mllog_file(raising)))[-1]
+    assert last.key == "run_stop" and last.metadata["status"] == "aborted"
+
+
+RESUMABLE = """
+name: resumable
+precisions: [fp32]
+seeds: [0, 1, 2, 3]
+train: {steps: 80, eval_every: 40}
+workloads:
+  - workload: digits
+"""
+
+
+def test_sigkill_then_resume_completes_without_redoing_runs(tmp_path, write_suite):
+    out = tmp_path / "out"
+    suite = write_suite(RESUMABLE)
+    proc = subprocess.Popen([sys.executable, "-m", "ampcert", "run", str(suite), "--out", str(out)],
+                            cwd=REPO, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    rd = ResultsDir(out)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            if (out / "runs").is_dir() and len(list((out / "runs").glob("*/result.json"))) >= 1:
+                break
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the orchestrator, its forkserver and the worker
+        proc.wait()
+    done_before = {p.parent.name: p.read_bytes() for p in (out / "runs").glob("*/result.json")}
+    assert 1 <= len(done_before) < 4, "the kill should land mid-suite"
+
+    resumed = run_cli("run", "--resume", out)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"resuming: {len(done_before)} of 4 runs already have results" in resumed.stdout
+    rs = load(out)
+    assert rs.missing == [] and len(rs.runs) == 4 and all(r.status == "completed" for r in rs.runs)
+    for run_id, data in done_before.items():
+        assert rd.result_file(run_id).read_bytes() == data  # finished runs were not redone
+    assert resumed.stdout.count("[completed]") == 4 - len(done_before)
+
+
+def test_a_second_invocation_on_the_same_folder_is_refused(tmp_path, write_suite):
+    out = tmp_path / "out"
+    assert run_cli("run", write_suite(TINY), "--out", out, "--dry-run").returncode == 0
+    proc = run_cli("run", write_suite(TINY), "--out", out)
+    assert proc.returncode == 0
+    (out / ".lock").write_text(str(os.getpid()))  # a live owner: this test process
+    again = run_cli("run", "--resume", out)
+    assert again.returncode == 2 and "another ampcert" in again.stderr
+    (out / ".lock").write_text("999999999")  # a dead owner: stale, taken over
+    assert run_cli("run", "--resume", out).returncode == 0
+
+
+@pytest.mark.slow
+def test_smoke_suite_as_shipped(tmp_path):
+    """The README's main job: suites/smoke.yaml, all runs, under its time budget."""
+    start = time.monotonic()
+    proc = run_cli("run", "suites/smoke.yaml", "--out", tmp_path / "smoke")
+    wall = time.monotonic() - start
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rs = load(tmp_path / "smoke")
+    assert len(rs.runs) == 6 and all(r.status == "completed" for r in rs.runs)
+    fp32 = [r for r in rs.runs if r.spec.precision == "fp32"]
+    assert all(r.target_reached for r in fp32)
+    for r in rs.runs:
+        if not r.accelerated:
+            assert "not accelerated" in r.capability_note
+    assert wall < 180
