@@ -166,6 +166,52 @@ def report(results: Path = typer.Argument(..., help="results folder written by `
     console.print(f"wrote {ResultsDir(results).summary_json} and {ResultsDir(results).summary_html}")
 
 
+@app.command()
+def audit(
+    backend: str = typer.Option("torch", "--backend", help="framework to audit (torch)"),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
+    policy: str | None = typer.Option(None, "--policy", help="policy file or shipped name (default: the device's shipped policy)"),
+    dtype: str | None = typer.Option(None, "--dtype", help="bf16 or fp16 (default: bf16 on cpu, fp16 on cuda)"),
+) -> None:
+    """Compare ampcert's autocast with native torch.autocast, op by op, on real tensors.
+
+    Exits 1 when a shipped (native-mirroring) policy disagrees with native, so
+    CI catches a torch upgrade that changed autocast's lists; a user policy's
+    intended differences are listed, not failed. Exits 2 on bad input."""
+    if backend != "torch":
+        raise UserError(f"--backend: expected torch (the JAX audit is not built yet), got {backend!r}")
+    if device not in ("cpu", "cuda"):
+        raise UserError(f"--device: expected cpu or cuda, got {device!r}")
+    import torch
+
+    from ampcert.amp.audit import audit_torch, format_coverage, format_table
+    from ampcert.spec import load_op_policy
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: torch sees no CUDA device")
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}
+    if dtype not in dtypes:
+        raise UserError(f"--dtype: expected bf16 or fp16, got {dtype!r}")
+    op_policy = load_op_policy(policy, "--policy", device)
+    rows = audit_torch(device, op_policy, dtypes[dtype])
+    console.print(f"policy {op_policy.name} ({op_policy.source}), sha256 {op_policy.sha256[:16]}..., "
+                  f"torch {torch.__version__}, device {device}", markup=False, highlight=False)
+    console.print(format_table(rows), markup=False, highlight=False, soft_wrap=True)
+    console.print(format_coverage(rows, device, op_policy), markup=False, highlight=False, soft_wrap=True)
+    differ = [r.op for r in rows if not r.agree]
+    from ampcert.amp.policy import POLICY_DIR
+
+    shipped = op_policy.source is not None and Path(op_policy.source).parent == POLICY_DIR
+    if differ and not shipped:
+        # A user policy differs from native on purpose; the table shows where.
+        console.print(f"{len(differ)} op(s) differ from native torch.autocast, as this policy "
+                      f"chooses: {', '.join(differ)}", markup=False)
+    elif differ:
+        console.print(f"the shipped policy disagrees with torch {torch.__version__}'s autocast on: "
+                      f"{', '.join(differ)}", markup=False)
+        raise typer.Exit(1)
+
+
 def main() -> None:
     try:
         app()

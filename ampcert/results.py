@@ -108,6 +108,7 @@ class RunResult(_Model):
     skipped_steps: list[int] | None = Field(default=None, description="steps whose optimizer update was skipped")
     accelerated: bool = True
     capability_note: str = ""
+    amp_policy: dict[str, Any] | None = Field(default=None, description="the autocast policy: name and sha256")
     determinism: dict[str, Any] = Field(default_factory=dict)
     weights_sha256: str | None = None
     environment: dict[str, Any] = Field(default_factory=dict)

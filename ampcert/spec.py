@@ -124,6 +124,9 @@ class RunSpec(_Strict):
     device: Literal["cpu", "cuda"]
     train: TrainBudget
     timeout_s: int
+    # Digest of the resolved op policy (amp: ampcert); the id hashes this, not
+    # the path, so moving a policy file keeps ids and editing it changes them.
+    policy_sha256: str | None = None
     # Filled from the device's precision capability when the suite is planned.
     accelerated: bool = True
     capability_note: str = ""
@@ -136,7 +139,7 @@ class RunSpec(_Strict):
         a suite or re-measuring a device does not make a different run.
         """
         return self.model_dump(
-            include={"label", "workload", "params", "backend", "amp", "policy",
+            include={"label", "workload", "params", "backend", "amp", "policy_sha256",
                      "precision", "seed", "device", "train"}
         )
 
@@ -215,7 +218,29 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
     for i, entry in enumerate(suite.workloads):
         where = f"{source}: workloads[{i}]({entry.label})"
         registry.validate_entry(entry, where)
+    if suite.policy is not None:
+        if suite.amp != "ampcert":
+            raise UserError(f"{source}: policy: an op policy applies to `amp: ampcert`, not `amp: {suite.amp}`")
+        suite = suite.model_copy(update={"policy": str(_policy_path(suite.policy, source))})
+        load_op_policy(suite.policy, f"{source}: policy")
     return suite
+
+
+def _policy_path(ref: str, source: str) -> str | Path:
+    """A relative policy path is looked up beside the suite file, then from the
+    working folder; a bare name (``torch-cpu``) is a shipped policy."""
+    beside = Path(source).parent / ref
+    return beside.resolve() if beside.is_file() else ref
+
+
+def load_op_policy(ref: str | None, where: str, device: str = "cpu"):
+    """The OpPolicy for a suite's `policy:` (or the shipped one for ``device``)."""
+    from ampcert.amp.policy import PolicyError, load_policy, shipped_policy
+
+    try:
+        return load_policy(ref) if ref else shipped_policy(device)
+    except PolicyError as exc:
+        raise UserError(f"{where}: {exc}") from None
 
 
 def load_suite(path: str | Path) -> Suite:
@@ -226,6 +251,9 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"]) -> list[RunSpec]:
     """The run matrix, in a stable order: workload entry, then precision, then seed."""
     from ampcert.workloads import registry
 
+    policy_sha256 = None
+    if suite.amp == "ampcert":
+        policy_sha256 = load_op_policy(suite.policy, "policy", device).effective_sha256
     runs: list[RunSpec] = []
     for entry in suite.workloads:
         params = registry.resolve_params(entry)
@@ -245,6 +273,7 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"]) -> list[RunSpec]:
                         device=device,
                         train=entry.train or suite.train,
                         timeout_s=suite.timeout_s,
+                        policy_sha256=policy_sha256,
                     )
                 )
     return runs

@@ -89,7 +89,8 @@ def make_amp(spec: RunSpec) -> Amp:
     return Amp(
         lambda: autocast(spec.device, dtype=dtype, policy=policy),
         DynamicLossScaler(spec.device) if use_scaler else None,
-        {"name": policy.name, "sha256": policy.sha256, "source": str(policy.source)},
+        {"name": policy.name, "sha256": policy.sha256, "effective_sha256": policy.effective_sha256,
+         "source": str(policy.source)},
     )
 
 

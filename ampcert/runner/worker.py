@@ -64,8 +64,8 @@ def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None =
         run_id=spec.run_id, spec=spec, status=status, reason=reason,
         started_at=started_at, finished_at=now_iso(), wall_s=wall_s, phases=phases,
         accelerated=spec.accelerated, capability_note=spec.capability_note,
-        **{k: v for k, v in fields.items() if k not in ("policy", "environment")},
-        environment={**fields.get("environment", {}), "amp_policy": fields.get("policy")},
+        amp_policy=fields.pop("policy", None),
+        **fields,
     )
     atomic_write_json(rd.result_file(spec.run_id), result)
     return result

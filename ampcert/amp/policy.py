@@ -1,0 +1,423 @@
+"""Op-cast policies for ampcert's autocast engine.
+
+A policy says, for every op name the dispatcher in :mod:`ampcert.amp.torch_autocast`
+knows, which *family* it belongs to inside an autocast region:
+
+``lower_precision``
+    cast eligible floating inputs to the autocast dtype (bf16/fp16).
+``fp32``
+    cast eligible inputs to float32.
+``fp32_with_dtype``
+    float32 unless the caller passes an explicit ``dtype=`` (softmax, sum, ...).
+``promote``
+    run in the widest floating dtype among the eligible inputs.
+``banned``
+    raise a clear error inside an enabled region (CUDA: ``binary_cross_entropy``).
+
+Ops in no family run untouched (in their input dtypes), exactly like native
+``torch.autocast`` leaves them.
+
+Policies are YAML files (see ``configs/policies``)::
+
+    name: torch-cpu
+    device_type: cpu
+    description: ...
+    families:
+      lower_precision: [conv2d, linear, matmul]
+      fp32: [mse_loss, ...]
+      fp32_with_dtype: []
+      promote: [cat, stack, index_copy]
+      banned: []
+
+A short user policy can derive from another one::
+
+    name: my-policy
+    extends: torch-cuda            # shipped name, or a path relative to this file
+    overrides: {softmax: fp32, layer_norm: lower_precision, cumsum: none}
+
+(``none`` removes an op from the policy: it then runs untouched).
+
+``uncast_if_mixed: [tensordot, ...]`` lists policy ops that native autocast only
+casts *inside* a composite which first checks that its floating inputs share one
+dtype: ampcert leaves such a call uncast when the eligible inputs' dtypes differ,
+so it raises exactly like native does.
+
+This module is standalone: it imports only the standard library, PyYAML and,
+lazily, the op registry of :mod:`ampcert.amp.torch_autocast` (for validation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "FAMILIES",
+    "OpPolicy",
+    "PolicyError",
+    "POLICY_DIR",
+    "load_policy",
+    "shipped_policy",
+    "shipped_policy_names",
+]
+
+#: The cast families, in the order they appear in YAML files and reports.
+FAMILIES: tuple[str, ...] = ("lower_precision", "fp32", "fp32_with_dtype", "promote", "banned")
+
+#: Directory holding the shipped policies (``torch-cpu.yaml``, ``torch-cuda.yaml``).
+POLICY_DIR = Path(__file__).resolve().parents[2] / "configs" / "policies"
+
+_TOP_KEYS = ("name", "device_type", "description", "extends", "families", "overrides", "uncast_if_mixed")
+_DEVICE_TYPES = ("cpu", "cuda", "xpu", "mps", "hpu")
+_REMOVE = "none"
+
+
+class PolicyError(ValueError):
+    """A policy file is missing, malformed or names something unknown (one-line message)."""
+
+
+@dataclass(frozen=True)
+class OpPolicy:
+    """An immutable, resolved op -> family mapping.
+
+    ``sha256`` is the digest of the policy file's bytes (empty for policies built
+    in code); ``effective_sha256`` digests the resolved mapping, so it also changes
+    when a base policy named in ``extends`` changes.
+    """
+
+    name: str
+    device_type: str
+    ops: Mapping[str, str]
+    source: Path | None = None
+    sha256: str = ""
+    description: str = ""
+    extends: str | None = None
+    uncast_if_mixed: frozenset[str] = frozenset()
+    effective_sha256: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        ops = dict(self.ops)
+        for op, fam in ops.items():
+            if fam not in FAMILIES:
+                raise PolicyError(
+                    f"{self.name}: ops.{op}: expected a family in {list(FAMILIES)}, got {fam!r}"
+                )
+        object.__setattr__(self, "ops", MappingProxyType(dict(sorted(ops.items()))))
+        object.__setattr__(self, "uncast_if_mixed", frozenset(o for o in self.uncast_if_mixed if o in ops))
+        if not self.effective_sha256:
+            object.__setattr__(
+                self, "effective_sha256", _digest_mapping(self.device_type, ops, self.uncast_if_mixed)
+            )
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.device_type, self.effective_sha256))
+
+    # -- queries ---------------------------------------------------------------
+    def family(self, op: str) -> str | None:
+        """The family of ``op``, or None when the op runs untouched."""
+        return self.ops.get(op)
+
+    def ops_in(self, family: str) -> tuple[str, ...]:
+        if family not in FAMILIES:
+            raise KeyError(f"unknown family {family!r}; expected one of {list(FAMILIES)}")
+        return tuple(op for op, fam in self.ops.items() if fam == family)
+
+    @property
+    def families(self) -> dict[str, tuple[str, ...]]:
+        """Family -> sorted op names (every family present, possibly empty)."""
+        return {fam: self.ops_in(fam) for fam in FAMILIES}
+
+    def family_sizes(self) -> dict[str, int]:
+        return {fam: len(ops) for fam, ops in self.families.items()}
+
+    def __contains__(self, op: object) -> bool:
+        return op in self.ops
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    # -- derivation ------------------------------------------------------------
+    def with_overrides(self, overrides: Mapping[str, str], name: str | None = None) -> OpPolicy:
+        """A new policy with ``overrides`` (op -> family or ``"none"``) applied.
+
+        Op names and families are validated like a YAML ``overrides`` block.
+        """
+        where = f"<{name or self.name + '+overrides'}>"
+        ops = dict(self.ops)
+        _apply_overrides(ops, overrides, where, "overrides")
+        return OpPolicy(
+            name=name or f"{self.name}+overrides",
+            device_type=self.device_type,
+            ops=ops,
+            source=None,
+            sha256="",
+            description=self.description,
+            extends=self.name,
+            uncast_if_mixed=self.uncast_if_mixed,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain, YAML-dumpable form of the resolved policy."""
+        return {
+            "name": self.name,
+            "device_type": self.device_type,
+            "description": self.description,
+            "families": {fam: list(ops) for fam, ops in self.families.items()},
+            "uncast_if_mixed": sorted(self.uncast_if_mixed),
+        }
+
+
+# ---------------------------------------------------------------------------
+# loading
+# ---------------------------------------------------------------------------
+def shipped_policy_names() -> tuple[str, ...]:
+    """Names of the policies shipped in ``configs/policies`` (top level only)."""
+    return tuple(sorted(p.stem for p in POLICY_DIR.glob("*.yaml")))
+
+
+def shipped_policy(device_type: str) -> OpPolicy:
+    """The shipped policy for ``device_type`` (``torch-cpu`` or ``torch-cuda``)."""
+    dev = str(device_type).split(":", 1)[0]
+    path = POLICY_DIR / f"torch-{dev}.yaml"
+    if not path.is_file():
+        raise PolicyError(
+            f"{path}: device_type: expected one of {[n.removeprefix('torch-') for n in shipped_policy_names()]}"
+            f" (a shipped policy), got {device_type!r}"
+        )
+    return _load_cached(str(path))
+
+
+def load_policy(path_or_name: str | Path) -> OpPolicy:
+    """Load a policy from a YAML path or a shipped policy name (``torch-cpu``)."""
+    if isinstance(path_or_name, OpPolicy):  # convenience: already loaded
+        return path_or_name
+    path = _resolve_ref(path_or_name, base_dir=None)
+    if path.parent == POLICY_DIR:
+        return _load_cached(str(path))
+    return _load_file(path, chain=())
+
+
+_CACHE: dict[str, tuple[int, int, OpPolicy]] = {}  # shipped policies only
+
+
+def _load_cached(path: str) -> OpPolicy:
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError as exc:
+        raise PolicyError(f"{p}: file: expected a readable policy file, got {type(exc).__name__}") from None
+    hit = _CACHE.get(path)
+    if hit is not None and hit[0] == st.st_mtime_ns and hit[1] == st.st_size:
+        return hit[2]
+    pol = _load_file(p, chain=())
+    _CACHE[path] = (st.st_mtime_ns, st.st_size, pol)
+    return pol
+
+
+def _resolve_ref(ref: str | Path, base_dir: Path | None) -> Path:
+    text = str(ref)
+    candidates: list[Path] = []
+    looks_like_path = isinstance(ref, Path) or "/" in text or "\\" in text or text.endswith((".yaml", ".yml"))
+    if looks_like_path:
+        p = Path(text).expanduser()
+        if not p.is_absolute() and base_dir is not None:
+            candidates.append(base_dir / p)
+        candidates.append(p)
+    else:
+        candidates.append(POLICY_DIR / f"{text}.yaml")
+        if base_dir is not None:
+            candidates.append(base_dir / f"{text}.yaml")
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
+    shown = candidates[0]
+    raise PolicyError(
+        f"{shown}: file: expected an existing policy file or a shipped policy name "
+        f"{list(shipped_policy_names())}, got {text!r}"
+    )
+
+
+def _load_file(path: Path, chain: tuple[Path, ...]) -> OpPolicy:
+    where = str(path)
+    if path in chain:
+        cycle = " -> ".join(str(p.name) for p in (*chain, path))
+        raise PolicyError(f"{where}: extends: expected no cycles, got {cycle}")
+    try:
+        raw_bytes = path.read_bytes()
+    except OSError as exc:
+        raise PolicyError(f"{where}: file: expected a readable file, got {type(exc).__name__}") from None
+    try:
+        doc = yaml.safe_load(raw_bytes.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise PolicyError(f"{where}: file: expected UTF-8 text, got undecodable bytes") from None
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"{where}: YAML: expected well-formed YAML, got {_yaml_problem(exc)}") from None
+
+    if not isinstance(doc, dict):
+        raise PolicyError(f"{where}: top level: expected a mapping, got {_tname(doc)}")
+    unknown = [k for k in doc if k not in _TOP_KEYS]
+    if unknown:
+        raise PolicyError(f"{where}: {unknown[0]}: expected one of the keys {list(_TOP_KEYS)}, got unknown key")
+
+    name = doc.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise PolicyError(f"{where}: name: expected a non-empty string, got {_tname(name)}")
+    description = doc.get("description", "")
+    if description is None:
+        description = ""
+    if not isinstance(description, str):
+        raise PolicyError(f"{where}: description: expected a string, got {_tname(description)}")
+
+    extends = doc.get("extends")
+    base: OpPolicy | None = None
+    if extends is not None:
+        if not isinstance(extends, str) or not extends.strip():
+            raise PolicyError(f"{where}: extends: expected a policy name or path (string), got {_tname(extends)}")
+        try:
+            base_path = _resolve_ref(extends, base_dir=path.parent)
+        except PolicyError:
+            raise PolicyError(
+                f"{where}: extends: expected a shipped policy name {list(shipped_policy_names())} "
+                f"or an existing file (relative to this one), got {extends!r}"
+            ) from None
+        base = _load_file(base_path, chain=(*chain, path))
+
+    device_type = doc.get("device_type", base.device_type if base else None)
+    if device_type not in _DEVICE_TYPES:
+        raise PolicyError(f"{where}: device_type: expected one of {list(_DEVICE_TYPES)}, got {device_type!r}")
+    if base is not None and device_type != base.device_type:
+        raise PolicyError(
+            f"{where}: device_type: expected {base.device_type!r} (the device_type of {extends!r}), got {device_type!r}"
+        )
+
+    ops: dict[str, str] = dict(base.ops) if base else {}
+
+    families = doc.get("families")
+    if families is None:
+        if base is None:
+            raise PolicyError(f"{where}: families: expected a mapping of family -> op list, got nothing")
+        families = {}
+    if not isinstance(families, dict):
+        raise PolicyError(f"{where}: families: expected a mapping of family -> op list, got {_tname(families)}")
+    seen: dict[str, str] = {}
+    known = _known_ops()
+    for fam, op_list in families.items():
+        if fam not in FAMILIES:
+            raise PolicyError(f"{where}: families.{fam}: expected a family in {list(FAMILIES)}, got unknown family {fam!r}")
+        if op_list is None:
+            op_list = []
+        if not isinstance(op_list, list):
+            raise PolicyError(f"{where}: families.{fam}: expected a list of op names, got {_tname(op_list)}")
+        for i, op in enumerate(op_list):
+            field_name = f"families.{fam}[{i}]"
+            _check_op(op, where, field_name, known)
+            if op in seen:
+                if seen[op] == fam:
+                    raise PolicyError(f"{where}: {field_name}: expected each op once, got {op!r} listed twice in {fam!r}")
+                raise PolicyError(
+                    f"{where}: {field_name}: expected each op in exactly one family, "
+                    f"got {op!r} in both {seen[op]!r} and {fam!r}"
+                )
+            seen[op] = fam
+    for op, fam in seen.items():
+        ops[op] = fam
+
+    overrides = doc.get("overrides")
+    if overrides is not None:
+        if not isinstance(overrides, dict):
+            raise PolicyError(f"{where}: overrides: expected a mapping of op -> family, got {_tname(overrides)}")
+        _apply_overrides(ops, overrides, where, "overrides", known=known)
+
+    mixed = set(base.uncast_if_mixed) if base else set()
+    mixed_list = doc.get("uncast_if_mixed")
+    if mixed_list is not None:
+        if not isinstance(mixed_list, list):
+            raise PolicyError(f"{where}: uncast_if_mixed: expected a list of op names, got {_tname(mixed_list)}")
+        for i, op in enumerate(mixed_list):
+            field_name = f"uncast_if_mixed[{i}]"
+            _check_op(op, where, field_name, known)
+            if op not in ops:
+                raise PolicyError(f"{where}: {field_name}: expected an op that is in a family, got {op!r}")
+            mixed.add(op)
+
+    return OpPolicy(
+        name=name.strip(),
+        device_type=device_type,
+        ops=ops,
+        source=path,
+        sha256=hashlib.sha256(raw_bytes).hexdigest(),
+        description=" ".join(description.split()),
+        extends=extends,
+        uncast_if_mixed=frozenset(mixed),
+    )
+
+
+def _apply_overrides(
+    ops: dict[str, str], overrides: Mapping[str, Any], where: str, field_root: str, known: frozenset[str] | None = None
+) -> None:
+    known = known if known is not None else _known_ops()
+    for op, fam in overrides.items():
+        field_name = f"{field_root}.{op}"
+        _check_op(op, where, field_name, known)
+        if fam is None:
+            fam = _REMOVE
+        if not isinstance(fam, str) or (fam not in FAMILIES and fam != _REMOVE):
+            raise PolicyError(
+                f"{where}: {field_name}: expected a family in {[*FAMILIES, _REMOVE]}, got {fam!r}"
+            )
+        if fam == _REMOVE:
+            ops.pop(op, None)
+        else:
+            ops[op] = fam
+
+
+def _check_op(op: Any, where: str, field_name: str, known: frozenset[str]) -> None:
+    if not isinstance(op, str):
+        raise PolicyError(f"{where}: {field_name}: expected an op name (string), got {_tname(op)}")
+    if op.endswith("_") and not op.startswith("__"):
+        raise PolicyError(
+            f"{where}: {field_name}: expected an out-of-place op (in-place ops are never cast), got {op!r}"
+        )
+    if op not in known:
+        raise PolicyError(
+            f"{where}: {field_name}: expected an op name the dispatcher maps to a torch callable, got unknown op {op!r}"
+        )
+
+
+def _known_ops() -> frozenset[str]:
+    from .torch_autocast import known_op_names  # lazy: torch_autocast imports this module
+
+    return known_op_names()
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    text = " ".join(str(problem).split())
+    if mark is not None:
+        text += f" at line {mark.line + 1}, column {mark.column + 1}"
+    return text
+
+
+def _tname(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _digest_mapping(device_type: str, ops: Mapping[str, str], mixed: Iterable[str] = ()) -> str:
+    blob = json.dumps(
+        {"device_type": device_type, "ops": dict(sorted(ops.items())), "uncast_if_mixed": sorted(mixed)},
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()

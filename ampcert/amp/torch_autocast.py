@@ -1,0 +1,628 @@
+"""ampcert's autocast: a policy-driven mirror of ``torch.autocast`` in Python.
+
+Built on :class:`torch.overrides.TorchFunctionMode`, which (like native autocast)
+sits *above* autograd: casts made here are recorded by autograd, so backward runs
+in the forward dtype, and the cast decisions come from an :class:`OpPolicy`
+(YAML) instead of a C++ op list.
+
+How calls are intercepted and mapped
+------------------------------------
+Inside a region every overridable torch entry point reaches
+``_AmpcertMode.__torch_function__``: ``torch.*`` functions, ``torch.nn.functional.*``
+(C builtins and Python functions), ``torch.linalg/fft/special.*``, Tensor methods
+and operators (``x @ w`` arrives as ``Tensor.matmul``, ``x ** 2`` as ``pow``).
+Each callable is mapped once (cached per callable) to a policy op name: its
+``__name__`` (the ATen name for C bindings: ``linalg_vector_norm``, ``fft_rfft``),
+put through a small alias table (``__rmatmul__`` -> ``matmul``, ``arccos`` -> ``acos``,
+``concat`` -> ``cat``, ``special_expm1`` -> ``expm1``) and, for two composite C
+builtins, an argument-dependent resolver (``pad`` -> ``reflection_pad2d``/...,
+``nll_loss_nd`` -> ``nll_loss``/``nll_loss2d``).
+
+* Op in the policy: the decision is made once, at this outermost call; the op then
+  runs with the mode popped (TorchFunctionMode pops itself while
+  ``__torch_function__`` runs), so calls nested inside it (``F.linear`` inside
+  ``nn.Linear``, ``Tensor.softmax`` inside ``F.softmax``) are not cast again.
+* Op not in the policy, Python composite from torch (``torch.nn.functional``,
+  ``torch.functional``, ``torch._tensor``, ...: ``F.cross_entropy``, ``F.interpolate``,
+  ``F.multi_head_attention_forward``): it is re-run with the mode active but its own
+  top-level ``has_torch_function`` check skipped (a clone of the function whose
+  three ``has_torch_function*`` globals say False), so the ops it calls are decided
+  one by one, as native autocast decides them at the ATen level. If a clone cannot
+  skip its check, the repeated call is detected and the function runs untouched.
+* Anything else runs untouched.
+
+Eligible tensors: floating point, on the region's device type, not float64.
+In-place ops (never in a policy) and ``out=`` calls are not cast. Weight cache:
+fp32 leaf tensors that require grad (not views) are cast to the low-precision dtype
+once per outermost region and reused, like native; a cached cast is dropped when
+the source tensor's ``_version`` changes (in-place update) and is not reused in
+grad mode if it was made under ``no_grad``.
+
+This module imports only torch, the standard library and ``.policy``.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import types
+import weakref
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from .policy import OpPolicy, load_policy, shipped_policy
+
+__all__ = [
+    "autocast",
+    "cache_stats",
+    "canonical_op_name",
+    "clear_cache",
+    "get_autocast_dtype",
+    "is_autocast_enabled",
+    "known_op_names",
+    "op_callables",
+]
+
+_DEFAULT_DTYPE = {"cpu": torch.bfloat16, "cuda": torch.float16, "xpu": torch.float16,
+                  "mps": torch.float16, "hpu": torch.bfloat16}
+_LOW_DTYPES = (torch.float16, torch.bfloat16)
+
+BCE_BANNED_MESSAGE = (
+    "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast. "
+    "Many models use a sigmoid layer right before the binary cross entropy layer. "
+    "In this case, combine the two layers using torch.nn.functional.binary_cross_entropy_with_logits "
+    "or torch.nn.BCEWithLogitsLoss.  binary_cross_entropy_with_logits and BCEWithLogits are "
+    "safe to autocast."
+)
+
+# ---------------------------------------------------------------------------
+# op naming
+# ---------------------------------------------------------------------------
+#: Public aliases whose native (ATen-level) implementation is the target op.
+_ALIASES: dict[str, str] = {
+    "__matmul__": "matmul",
+    "__rmatmul__": "matmul",
+    "linalg_matmul": "matmul",
+    "__pow__": "pow",
+    "__rpow__": "pow",
+    "arccos": "acos",
+    "arcsin": "asin",
+    "arctan2": "atan2",
+    "concat": "cat",
+    "concatenate": "cat",
+}
+
+#: Namespaces scanned to build the registry of mappable op names.
+def _namespaces() -> list[tuple[str, Any]]:
+    return [
+        ("torch", torch),
+        ("torch.nn.functional", torch.nn.functional),
+        ("torch._C._nn", torch._C._nn),
+        ("torch.linalg", torch.linalg),
+        ("torch.fft", torch.fft),
+        ("torch.special", torch.special),
+        ("torch.Tensor", torch.Tensor),
+    ]
+
+
+_NAME_CACHE: dict[Any, str | None] = {}
+_REGISTRY: dict[str, tuple[str, ...]] | None = None
+_REGISTRY_LOCK = threading.Lock()
+
+
+def _raw_name(func: Any) -> str | None:
+    name = getattr(func, "__name__", None)
+    return name if isinstance(name, str) else None
+
+
+def _canon(name: str, base_names: frozenset[str] | set[str]) -> str:
+    if name in _ALIASES:
+        return _ALIASES[name]
+    if name.startswith("special_"):
+        base = name[len("special_"):]
+        if base in base_names:
+            return base
+    return name
+
+
+def _registry() -> dict[str, tuple[str, ...]]:
+    """canonical op name -> qualified names of the public callables mapping to it."""
+    global _REGISTRY
+    if _REGISTRY is not None:
+        return _REGISTRY
+    with _REGISTRY_LOCK:
+        if _REGISTRY is not None:
+            return _REGISTRY
+        found: dict[str, str] = {}  # raw name -> first qualname
+        for qual_ns, ns in _namespaces():
+            for attr in dir(ns):
+                if attr.startswith("__") and attr not in _ALIASES:
+                    continue
+                try:
+                    obj = getattr(ns, attr)
+                except Exception:  # pragma: no cover - lazy attributes that fail
+                    continue
+                if isinstance(obj, type) or not callable(obj):
+                    continue
+                if not isinstance(obj, (types.BuiltinFunctionType, types.FunctionType,
+                                        types.MethodDescriptorType, types.WrapperDescriptorType)):
+                    continue
+                raw = _raw_name(obj) or attr
+                found.setdefault(raw, f"{qual_ns}.{attr}")
+        raw_names = set(found)
+        reg: dict[str, list[str]] = {}
+        for raw, qual in found.items():
+            reg.setdefault(_canon(raw, raw_names), []).append(qual)
+        _REGISTRY = {k: tuple(v) for k, v in reg.items()}
+        return _REGISTRY
+
+
+@functools.lru_cache(maxsize=1)
+def known_op_names() -> frozenset[str]:
+    """Every op name a policy may use: names the dispatcher maps torch callables to."""
+    names = {n for n in _registry() if not (n.endswith("_") and not n.startswith("__"))}
+    return frozenset(names)
+
+
+def op_callables(op: str) -> tuple[str, ...]:
+    """Qualified names of the public torch callables that map to ``op``."""
+    return _registry().get(op, ())
+
+
+def canonical_op_name(func: Any) -> str | None:
+    """The policy op name ``func`` maps to (before argument-dependent resolution)."""
+    try:
+        return _NAME_CACHE[func]
+    except KeyError:
+        pass
+    except TypeError:  # unhashable callable
+        raw = _raw_name(func)
+        return None if raw is None else _canon(raw, known_op_names())
+    raw = _raw_name(func)
+    name = None if raw is None or raw == "__get__" else _canon(raw, known_op_names())
+    _NAME_CACHE[func] = name
+    return name
+
+
+def _arg(args: tuple, kwargs: dict, index: int, key: str, default: Any = None) -> Any:
+    if key in kwargs:
+        return kwargs[key]
+    return args[index] if len(args) > index else default
+
+
+def _resolve_pad(args: tuple, kwargs: dict) -> str | None:
+    # ATen's pad (CompositeImplicit) dispatches on mode and pad length.
+    mode = _arg(args, kwargs, 2, "mode", "constant")
+    pad = _arg(args, kwargs, 1, "pad", ())
+    try:
+        n = len(pad) // 2
+    except TypeError:
+        return None
+    if mode == "reflect" and n in (1, 2, 3):
+        return f"reflection_pad{n}d"
+    if mode == "replicate" and n in (1, 2, 3):
+        return f"replication_pad{n}d"
+    return None
+
+
+def _resolve_nll_loss_nd(args: tuple, kwargs: dict) -> str | None:
+    x = _arg(args, kwargs, 0, "input")
+    if isinstance(x, torch.Tensor):
+        return "nll_loss" if x.dim() in (1, 2) else "nll_loss2d"
+    return None
+
+
+#: Composite C builtins whose native decision happens on an op chosen from the arguments.
+_RESOLVERS: dict[str, Callable[[tuple, dict], str | None]] = {
+    "pad": _resolve_pad,
+    "nll_loss_nd": _resolve_nll_loss_nd,
+}
+
+# ---------------------------------------------------------------------------
+# re-entrant clones of Python composites
+# ---------------------------------------------------------------------------
+_HTF_NAMES = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")
+_NO_REENTER_MODULES = ("torch.autograd", "torch.utils", "torch._dynamo", "torch.distributed",
+                       "torch.testing", "torch.nn.init", "torch.fx", "torch.jit")
+_NO_REENTER = frozenset({
+    "backward", "register_hook", "register_post_accumulate_grad_hook", "__deepcopy__",
+    "__reduce_ex__", "_reduce_ex_internal", "__setstate__", "__repr__", "__format__",
+    "__dlpack__", "__dlpack_device__", "__array__", "__array_wrap__", "storage",
+    "untyped_storage", "_typed_storage", "share_memory_", "module_load",
+})
+
+
+def _never(*_args: Any, **_kwargs: Any) -> bool:
+    return False
+
+
+class _Globals(dict):
+    """Globals for a clone: the skip-overrides names here, everything else live from the module."""
+
+    def __init__(self, base: dict, overrides: dict) -> None:
+        super().__init__(overrides)
+        self._base = base
+
+    def __missing__(self, key: str) -> Any:
+        return self._base[key]
+
+
+_CLONES: dict[Any, Callable | None] = {}
+
+
+def _reentrant_clone(func: Any) -> Callable | None:
+    try:
+        return _CLONES[func]
+    except KeyError:
+        pass
+    clone = None
+    code = getattr(func, "__code__", None)
+    module = getattr(func, "__module__", None) or ""
+    if (
+        code is not None
+        and (module == "torch" or module.startswith("torch."))
+        and not module.startswith(_NO_REENTER_MODULES)
+        and func.__name__ not in _NO_REENTER
+        and any(func.__globals__.get(n) is getattr(torch.overrides, n) for n in _HTF_NAMES if n in code.co_names)
+    ):
+        base = func.__globals__
+        overrides = {n: _never for n in _HTF_NAMES}
+        overrides["__builtins__"] = base.get("__builtins__", __builtins__)
+        clone = types.FunctionType(code, _Globals(base, overrides), func.__name__,
+                                   func.__defaults__, func.__closure__)
+        clone.__kwdefaults__ = func.__kwdefaults__
+    _CLONES[func] = clone
+    return clone
+
+
+# ---------------------------------------------------------------------------
+# region state
+# ---------------------------------------------------------------------------
+class _Region:
+    __slots__ = ("device_type", "dtype", "policy", "ops", "mixed", "enabled", "cache_enabled")
+
+    def __init__(self, device_type: str, dtype: torch.dtype, policy: OpPolicy, enabled: bool,
+                 cache_enabled: bool) -> None:
+        self.device_type = device_type
+        self.dtype = dtype
+        self.policy = policy
+        self.ops = policy.ops
+        self.mixed = policy.uncast_if_mixed
+        self.enabled = enabled
+        self.cache_enabled = cache_enabled
+
+
+class _State(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[_Region] = []
+        self.active: tuple[_Region, ...] = ()  # innermost region per device type, enabled only
+        self.cache: dict[tuple[int, torch.dtype], tuple] = {}
+        self.pending: Any = None
+        self.casts = 0
+        self.cache_hits = 0
+
+    def refresh(self) -> None:
+        seen: dict[str, _Region] = {}
+        for region in reversed(self.stack):
+            seen.setdefault(region.device_type, region)
+        self.active = tuple(r for r in seen.values() if r.enabled)
+
+
+_STATE = _State()
+
+
+def _on_device(t: torch.Tensor, device_type: str) -> bool:
+    if device_type == "cpu":
+        return t.is_cpu or t.is_mkldnn
+    if device_type == "cuda":
+        return t.is_cuda
+    return t.device.type == device_type
+
+
+def _eligible(t: torch.Tensor, device_type: str) -> bool:
+    return t.is_floating_point() and t.dtype is not torch.float64 and _on_device(t, device_type)
+
+
+def _iter_tensors(args: tuple, kwargs: dict) -> Iterable[torch.Tensor]:
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif type(a) in (list, tuple):
+            for x in a:
+                if isinstance(x, torch.Tensor):
+                    yield x
+    for a in kwargs.values():
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif type(a) in (list, tuple):
+            for x in a:
+                if isinstance(x, torch.Tensor):
+                    yield x
+
+
+def _map_tensors(args: tuple, kwargs: dict, fn: Callable[[torch.Tensor], torch.Tensor]) -> tuple[tuple, dict]:
+    def one(a: Any) -> Any:
+        if isinstance(a, torch.Tensor):
+            return fn(a)
+        if type(a) in (list, tuple) and any(isinstance(x, torch.Tensor) for x in a):
+            return type(a)(fn(x) if isinstance(x, torch.Tensor) else x for x in a)
+        return a
+
+    return tuple(one(a) for a in args), {k: one(v) for k, v in kwargs.items()}
+
+
+def _cast(t: torch.Tensor, to: torch.dtype, region: _Region, st: _State) -> torch.Tensor:
+    if not _eligible(t, region.device_type) or t.dtype is to:
+        return t
+    if (
+        region.cache_enabled
+        and to is region.dtype
+        and t.dtype is torch.float32
+        and t.requires_grad
+        and t.is_leaf
+        and not t._is_view()
+    ):
+        key = (id(t), to)
+        grad_now = torch.is_grad_enabled()
+        hit = st.cache.get(key)
+        if (
+            hit is not None
+            and hit[0]() is t
+            and hit[1] == t._version
+            and (hit[2] or not grad_now)
+        ):
+            st.cache_hits += 1
+            return hit[3]
+        st.casts += 1
+        out = t.to(to)
+        st.cache[key] = (weakref.ref(t), t._version, grad_now, out)
+        return out
+    st.casts += 1
+    return t.to(to)
+
+
+def _dtype_given(args: tuple, kwargs: dict) -> bool:
+    if kwargs.get("dtype") is not None:
+        return True
+    return any(isinstance(a, torch.dtype) for a in args)
+
+
+def _promote_type(region: _Region, eligible: list[torch.Tensor]) -> torch.dtype:
+    current = region.dtype
+    for t in eligible:
+        nxt = t.dtype
+        if current is torch.float32 or nxt is torch.float32:
+            current = torch.float32
+        elif current is region.dtype and nxt is region.dtype:
+            current = region.dtype
+        else:
+            raise RuntimeError(
+                f"Unexpected floating ScalarType in ampcert autocast promote: {nxt} inside a "
+                f"{region.dtype} region (native torch.autocast raises here too)"
+            )
+    return current
+
+
+def _pick_region(active: tuple[_Region, ...], args: tuple, kwargs: dict) -> _Region | None:
+    if len(active) == 1:
+        return active[0]
+    by_dev = {r.device_type: r for r in active}
+    chosen = None
+    for t in _iter_tensors(args, kwargs):
+        dev = t.device.type
+        if dev in by_dev and (chosen is None or chosen.device_type == "cpu"):
+            chosen = by_dev[dev]
+    return chosen
+
+
+class _AmpcertMode(TorchFunctionMode):
+    """The single TorchFunctionMode pushed while any ampcert region is open (per thread)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: C901 - hot path
+        if kwargs is None:
+            kwargs = {}
+        st = _STATE
+        pending = st.pending
+        if pending is not None:
+            st.pending = None
+            if pending is func:  # a clone whose override check could not be skipped
+                return func(*args, **kwargs)
+        active = st.active
+        if not active:
+            return func(*args, **kwargs)
+
+        try:
+            name = _NAME_CACHE[func]
+        except KeyError:
+            name = canonical_op_name(func)
+        except TypeError:
+            name = canonical_op_name(func)
+
+        family = None
+        region = None
+        if name is not None:
+            region = _pick_region(active, args, kwargs)
+            if region is not None:
+                ops = region.ops
+                resolver = _RESOLVERS.get(name)
+                if resolver is not None:
+                    specific = resolver(args, kwargs)
+                    if specific is not None and specific in ops:
+                        name = specific
+                family = ops.get(name)
+
+        if family is None or kwargs.get("out") is not None:
+            if type(func) is types_FunctionType:
+                clone = _reentrant_clone(func)
+                if clone is not None:
+                    st.pending = func
+                    try:
+                        with self:
+                            return clone(*args, **kwargs)
+                    finally:
+                        st.pending = None
+            return func(*args, **kwargs)
+
+        dev = region.device_type
+        if family == "banned":
+            if any(_on_device(t, dev) for t in _iter_tensors(args, kwargs)):
+                if name == "binary_cross_entropy":
+                    raise RuntimeError(BCE_BANNED_MESSAGE)
+                raise RuntimeError(
+                    f"{name} is banned inside an ampcert autocast region (policy "
+                    f"{region.policy.name!r}, device_type {dev!r}): it is unsafe to autocast"
+                )
+            return func(*args, **kwargs)
+        # fast path: nothing eligible (ints, float64, other devices) -> nothing to decide
+        eligible = [t for t in _iter_tensors(args, kwargs) if _eligible(t, dev)]
+        if not eligible:
+            return func(*args, **kwargs)
+        if name in region.mixed and any(t.dtype is not eligible[0].dtype for t in eligible):
+            return func(*args, **kwargs)
+        if family == "lower_precision":
+            to = region.dtype
+        elif family == "fp32":
+            to = torch.float32
+        elif family == "fp32_with_dtype":
+            if _dtype_given(args, kwargs):
+                return func(*args, **kwargs)
+            first = next(iter(_iter_tensors(args, kwargs)), None)
+            if first is None or not _eligible(first, dev):
+                return func(*args, **kwargs)
+            to = torch.float32
+        else:  # promote
+            to = _promote_type(region, eligible)
+
+        args, kwargs = _map_tensors(args, kwargs, lambda t: _cast(t, to, region, st))
+        return func(*args, **kwargs)
+
+
+types_FunctionType = types.FunctionType
+_MODE = _AmpcertMode()
+
+
+# ---------------------------------------------------------------------------
+# public context manager
+# ---------------------------------------------------------------------------
+class autocast:
+    """Context manager / decorator mirroring ``torch.autocast`` with a YAML op policy.
+
+    Args:
+        device_type: ``"cpu"`` or ``"cuda"`` (``"cuda:0"`` is accepted).
+        dtype: the low-precision dtype (default: bf16 on cpu, fp16 on cuda).
+        policy: an :class:`OpPolicy`, a policy path or shipped name; default
+            ``shipped_policy(device_type)``.
+        enabled: ``False`` makes the region a no-op for this device type (and
+            disables an enclosing region for it, like native nesting).
+        cache_enabled: cache low-precision casts of fp32 leaf weights per
+            outermost region.
+    """
+
+    def __init__(
+        self,
+        device_type: str,
+        dtype: torch.dtype | None = None,
+        policy: OpPolicy | str | Path | None = None,
+        enabled: bool = True,
+        cache_enabled: bool = True,
+    ) -> None:
+        if not isinstance(device_type, str):
+            raise ValueError(f"device_type: expected a string like 'cpu' or 'cuda', got {device_type!r}")
+        dev = device_type.split(":", 1)[0]
+        if dev not in _DEFAULT_DTYPE:
+            raise ValueError(f"device_type: expected one of {sorted(_DEFAULT_DTYPE)}, got {device_type!r}")
+        if dtype is None:
+            dtype = _DEFAULT_DTYPE[dev]
+        if dtype not in _LOW_DTYPES:
+            raise ValueError(f"dtype: expected torch.float16 or torch.bfloat16, got {dtype!r}")
+        if policy is None:
+            policy = shipped_policy(dev)
+        elif not isinstance(policy, OpPolicy):
+            policy = load_policy(policy)
+        self.device_type = dev
+        self.fast_dtype = dtype
+        self.policy = policy
+        self.enabled = bool(enabled)
+        self.cache_enabled = bool(cache_enabled)
+
+    def __repr__(self) -> str:
+        return (f"ampcert.autocast(device_type={self.device_type!r}, dtype={self.fast_dtype}, "
+                f"policy={self.policy.name!r}, enabled={self.enabled}, cache_enabled={self.cache_enabled})")
+
+    def __enter__(self) -> autocast:
+        st = _STATE
+        region = _Region(self.device_type, self.fast_dtype, self.policy, self.enabled, self.cache_enabled)
+        outermost = not st.stack
+        st.stack.append(region)
+        st.refresh()
+        if outermost:
+            try:
+                _MODE.__enter__()
+            except BaseException:
+                st.stack.pop()
+                st.refresh()
+                raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        st = _STATE
+        if st.stack:
+            st.stack.pop()
+        st.refresh()
+        if not st.stack:
+            try:
+                _MODE.__exit__(exc_type, exc, tb)
+            finally:
+                st.cache.clear()
+                st.pending = None
+        return False
+
+    def __call__(self, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+# ---------------------------------------------------------------------------
+# introspection helpers
+# ---------------------------------------------------------------------------
+def _innermost(device_type: str) -> _Region | None:
+    dev = device_type.split(":", 1)[0]
+    for region in reversed(_STATE.stack):
+        if region.device_type == dev:
+            return region
+    return None
+
+
+def is_autocast_enabled(device_type: str = "cpu") -> bool:
+    """Whether an enabled ampcert region is active for ``device_type`` on this thread."""
+    region = _innermost(device_type)
+    return bool(region and region.enabled)
+
+
+def get_autocast_dtype(device_type: str = "cpu") -> torch.dtype | None:
+    """The low-precision dtype of the innermost ampcert region for ``device_type``."""
+    region = _innermost(device_type)
+    return region.dtype if region else None
+
+
+def clear_cache() -> None:
+    """Drop the weight-cast cache of this thread (done automatically at outermost exit)."""
+    _STATE.cache.clear()
+
+
+def cache_stats(reset: bool = False) -> dict[str, int]:
+    """Counters of this thread: casts made, weight-cache hits, live cache entries."""
+    st = _STATE
+    out = {"casts": st.casts, "cache_hits": st.cache_hits, "cached": len(st.cache)}
+    if reset:
+        st.casts = 0
+        st.cache_hits = 0
+    return out

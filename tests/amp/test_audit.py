@@ -1,0 +1,127 @@
+"""The audit: ampcert's autocast vs native torch.autocast, op by op, on this machine's CPU."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+from ampcert.amp.audit import (
+    KNOWN_DIVERGENCES,
+    NATIVE_REFERENCE,
+    SAMPLES,
+    AuditRow,
+    audit_torch,
+    coverage,
+    format_coverage,
+    format_table,
+    probe_native,
+)
+from ampcert.amp.policy import FAMILIES, load_policy, shipped_policy
+
+
+@pytest.fixture(scope="module")
+def cpu_rows() -> list[AuditRow]:
+    return audit_torch("cpu")
+
+
+def test_every_shipped_policy_op_has_sample_inputs():
+    for device in ("cpu", "cuda"):
+        missing = [op for op in shipped_policy(device).ops if op not in SAMPLES]
+        assert missing == [], (device, missing)
+
+
+def test_cpu_audit_agrees_on_100_percent_of_the_shipped_policy(cpu_rows):
+    policy = shipped_policy("cpu")
+    assert sorted(r.op for r in cpu_rows) == sorted(policy.ops)
+    bad = [r for r in cpu_rows if not r.agree]
+    assert bad == [], format_table(bad)
+    for r in cpu_rows:
+        assert r.family == policy.family(r.op)
+        assert r.ampcert_dtype == r.native_dtype
+
+
+def test_audit_rows_show_the_dtype_decisions(cpu_rows):
+    by_op = {r.op: r for r in cpu_rows}
+    assert by_op["linear"].native_dtype.startswith("0:f32>bf16 0:low>bf16")
+    assert by_op["mse_loss"].ampcert_dtype == "f32>f32 low>f32 mix>f32"
+    assert "mix>f32" in by_op["index_copy"].ampcert_dtype
+
+
+def test_format_table_and_coverage(cpu_rows):
+    text = format_table(cpu_rows)
+    n = len(cpu_rows)
+    assert text.splitlines()[-1] == f"{n}/{n} ops agree with native torch.autocast"
+    assert "linear" in text and "lower_precision" in text
+    cov = coverage(cpu_rows, "cpu", shipped_policy("cpu"))
+    for fam in FAMILIES:
+        assert cov[fam]["ops"] == cov[fam]["audited"] == cov[fam]["agree"]
+        assert cov[fam]["native"] == len(NATIVE_REFERENCE["cpu"][fam])
+    # everything native CPU autocast lists is covered except entries without a usable
+    # public entry point (documented in torch-cpu.yaml)
+    assert cov["lower_precision"]["missing"] == ["_convolution", "mkldnn_rnn_layer"]
+    assert cov["fp32"]["missing"] == ["multilabel_margin_loss_forward"]
+    assert cov["promote"]["missing"] == []
+    assert "tensordot" in cov["lower_precision"]["extra"]  # composite, derived by probing
+    assert "native" in format_coverage(cpu_rows, "cpu")
+
+
+def test_ops_without_sample_inputs_are_reported_not_dropped(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(textwrap.dedent("""
+        name: with-relu
+        extends: torch-cpu
+        overrides: {relu: fp32}
+    """))
+    rows = audit_torch("cpu", policy=load_policy(path), ops=["relu", "linear"])
+    by_op = {r.op: r for r in rows}
+    assert by_op["relu"].agree is False and by_op["relu"].note == "no sample inputs"
+    assert by_op["linear"].agree is True
+    assert coverage(rows)["fp32"] == {"ops": 1, "audited": 0, "agree": 0}
+
+
+def test_audit_detects_a_policy_that_differs_from_native():
+    pol = shipped_policy("cpu").with_overrides({"linear": "fp32", "mse_loss": "none", "cat": "lower_precision"})
+    rows = {r.op: r for r in audit_torch("cpu", policy=pol, ops=["linear", "mse_loss", "cat", "mm"])}
+    assert not rows["linear"].agree and "dtype f32 vs native bf16" in rows["linear"].note
+    assert not rows["mse_loss"].agree and rows["mse_loss"].family == "none"
+    assert not rows["cat"].agree
+    assert rows["mm"].agree
+
+
+def test_unlisted_ops_are_left_alone_like_native_except_known_composites():
+    rows = audit_torch("cpu", unlisted=True, ops=[])
+    unlisted = {r.op: r for r in rows}
+    assert unlisted and all(r.family == "none" for r in rows)
+    assert {"softmax", "layer_norm", "exp", "cumsum", "addmv"} <= set(unlisted)
+    bad = {r.op for r in rows if not r.agree}
+    assert bad <= set(KNOWN_DIVERGENCES["cpu"]), format_table([r for r in rows if not r.agree])
+
+
+def test_probe_native_classifies_ops():
+    got = probe_native(["linear", "mse_loss", "index_copy", "softmax", "tensordot", "reflection_pad2d"])
+    assert got == {
+        "linear": "lower_precision",
+        "mse_loss": "fp32",
+        "index_copy": "promote",
+        "softmax": "none",
+        "tensordot": "lower_precision",
+        "reflection_pad2d": "fp32",
+    }
+
+
+def test_probe_agrees_with_the_shipped_cpu_policy():
+    policy = shipped_policy("cpu")
+    probed = probe_native(sorted(policy.ops))
+    for op, fam in policy.ops.items():
+        if op in ("cat", "stack"):  # cat's own type promotion hides autocast's promote
+            assert probed[op] == "none"
+        else:
+            assert probed[op] == fam, op
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_audit_on_gpu():
+    rows = audit_torch("cuda")
+    assert [r for r in rows if not r.agree] == []
