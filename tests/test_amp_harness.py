@@ -5,10 +5,10 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from conftest import REPO, run_cli
 
 from ampcert.errors import UserError
 from ampcert.spec import expand, load_suite
-from conftest import REPO, run_cli
 
 EXAMPLE = REPO / "configs" / "policies" / "examples" / "cpu-lower-layer-norm.yaml"
 
