@@ -98,8 +98,9 @@ class RunResult(_Model):
     target_reached: bool | None = None
     steps_to_target: int | None = None
     samples_to_target: int | None = None
-    time_to_target_s: float | None = None
-    samples_per_s: float | None = None
+    time_to_target_s: float | None = Field(
+        default=None, description="run_start to the eval that first met the target, evals included (MLPerf's time-to-train)")
+    samples_per_s: float | None = Field(default=None, description="training samples / training time (evals excluded)")
     loss: list[float | None] = Field(default_factory=list, description="training loss per step; null where non-finite")
     evals: list[EvalPoint] = Field(default_factory=list)
     step_time: StepTimes | None = None

@@ -44,6 +44,7 @@ This module imports only torch, the standard library and ``.policy``.
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 import types
 import weakref
@@ -328,14 +329,8 @@ def _eligible(t: torch.Tensor, device_type: str) -> bool:
 
 
 def _iter_tensors(args: tuple, kwargs: dict) -> Iterable[torch.Tensor]:
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            yield a
-        elif type(a) in (list, tuple):
-            for x in a:
-                if isinstance(x, torch.Tensor):
-                    yield x
-    for a in kwargs.values():
+    """Tensors among the arguments, one level into lists and tuples (as native autocast looks)."""
+    for a in itertools.chain(args, kwargs.values()):
         if isinstance(a, torch.Tensor):
             yield a
         elif type(a) in (list, tuple):
