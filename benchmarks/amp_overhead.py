@@ -51,6 +51,7 @@ import json
 import logging
 import os
 import platform
+import re
 import shlex
 import statistics
 import sys
@@ -174,20 +175,29 @@ def make_scaler_step(model: nn.Module, batches: list, scaler: Any) -> Callable[[
 # ---------------------------------------------------------------------------
 # interleaved timing and statistics
 # ---------------------------------------------------------------------------
-def interleaved(variants: dict[str, Callable[[], None]], rounds: int, steps: int, warmup: int) -> dict[str, list[float]]:
+def interleaved(variants: dict[str, Callable[[], None]], rounds: int, steps: int, warmup: int,
+                budget_s: float | None = None, min_rounds: int = 5) -> dict[str, list[float]]:
+    """Per-step ms of each variant, one entry per round; the order rotates every round.
+
+    With ``budget_s``, stops after the first complete round past the budget (but not
+    before ``min_rounds``), so a loaded machine cannot stretch the run indefinitely.
+    """
     names = list(variants)
     for name in names:
         for _ in range(warmup):
             variants[name]()
     per: dict[str, list[float]] = {n: [] for n in names}
+    t_begin = time.perf_counter()
     for r in range(rounds):
         k = r % len(names)
-        for name in names[k:] + names[:k]:  # rotate the order every round
+        for name in names[k:] + names[:k]:
             fn = variants[name]
             t0 = time.perf_counter()
             for _ in range(steps):
                 fn()
             per[name].append((time.perf_counter() - t0) / steps * 1e3)
+        if budget_s is not None and r + 1 >= min_rounds and time.perf_counter() - t_begin > budget_s:
+            break
     return per
 
 
@@ -206,6 +216,8 @@ def ratio_stats(base: list[float], other: list[float], n_boot: int = 2000, seed:
 
 
 def comparison(title: str, baseline: str, per: dict[str, list[float]], goals: dict[str, float | None]) -> dict[str, Any]:
+    n_rounds = len(per[baseline])
+    title = f"{title}, {n_rounds} rounds"
     rows = []
     for name, times in per.items():
         row: dict[str, Any] = {
@@ -222,7 +234,7 @@ def comparison(title: str, baseline: str, per: dict[str, list[float]], goals: di
                 row["verdict"] = "PASS" if row["ratio"] <= goal else "MISS"
                 row["ci_spans_goal"] = row["ci_lo"] <= goal <= row["ci_hi"]
         rows.append(row)
-    return {"title": title, "baseline": baseline, "rows": rows}
+    return {"title": title, "baseline": baseline, "rounds": n_rounds, "rows": rows}
 
 
 def format_table(comp: dict[str, Any]) -> str:
@@ -278,26 +290,26 @@ def quiet_dynamo():
                 lg.propagate = prop
 
 
-def _reason_key(br: Any) -> str:
-    text = str(getattr(br, "reason", br))
+def _short_reason(text: str) -> str:
+    """First line of a dynamo reason plus its 'Developer debug context', shortened."""
+    text = str(text)
     head = text.strip().splitlines()[0].strip() if text.strip() else "?"
     ctx = ""
     for line in text.splitlines():
         if "Developer debug context:" in line:
             ctx = line.split("Developer debug context:", 1)[1].strip()
             break
-    where = ""
-    stack = getattr(br, "user_stack", None) or []
-    if stack:
-        f = stack[-1]
-        where = f" @ {Path(f.filename).name}:{f.lineno} ({f.name})"
-    return f"{head}" + (f" [{ctx[:120]}]" if ctx else "") + where
+    ctx = ctx.replace("TorchInGraphFunctionVariable(", "").replace("GetAttrVariable(", "")
+    ctx = re.sub(r" of type object at 0x[0-9a-f]+| objects>|, kind=AllowInGraphKind\.\w+\)|<built-in method |<method ", "", ctx)
+    return head + (f" [{ctx[:110]}]" if ctx else "")
 
 
 def explain_case(fn: Callable, args: tuple, outer: Callable[[], Any] | None = None, max_reasons: int = 4) -> dict[str, Any]:
     import torch._dynamo as dynamo
+    from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
+    counters.clear()
     try:
         with quiet_dynamo() as logs, (outer() if outer else contextlib.nullcontext()):
             t0 = time.perf_counter()
@@ -305,18 +317,33 @@ def explain_case(fn: Callable, args: tuple, outer: Callable[[], Any] | None = No
             secs = time.perf_counter() - t0
     except Exception as exc:  # noqa: BLE001 - report, don't crash
         return {"ok": False, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
-    counts: dict[str, int] = {}
+    # where explain() saw each break (file:line of the innermost user frame)
+    where: dict[str, set[str]] = {}
     for br in ex.break_reasons:
-        key = _reason_key(br)
-        counts[key] = counts.get(key, 0) + 1
-    reasons = [f"{n}x {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])][:max_reasons]
+        stack = getattr(br, "user_stack", None) or []
+        if stack:
+            f = stack[-1]
+            where.setdefault(_short_reason(br.reason), set()).add(f"{Path(f.filename).name}:{f.lineno} ({f.name})")
+    # dynamo's counters hold every break (explain's list is partial), deduplicated
+    breaks: dict[str, int] = {}
+    for reason, n in counters["graph_break"].items():
+        key = _short_reason(reason)
+        breaks[key] = breaks.get(key, 0) + n
+    reasons = [f"{n}x {k}" + (f" @ {', '.join(sorted(where[k]))}" if k in where else "")
+               for k, n in sorted(breaks.items(), key=lambda kv: -kv[1])]
+    skipped: dict[str, int] = {}
+    for reason, n in counters["unimplemented"].items():
+        key = _short_reason(reason)
+        if key not in breaks:
+            skipped[key] = skipped.get(key, 0) + n
     return {
         "ok": True,
         "graph_count": ex.graph_count,
         "graph_break_count": ex.graph_break_count,
         "op_count": ex.op_count,
-        "distinct_break_reasons": len(counts),
-        "break_reasons": reasons,
+        "distinct_break_reasons": len(reasons),
+        "break_reasons": reasons[:max_reasons],
+        "other_unsupported": [f"{n}x {k}" for k, n in sorted(skipped.items(), key=lambda kv: -kv[1])][:max_reasons],
         "recompile_limit_hits": logs.recompile_limit_hits,
         "seconds": round(secs, 2),
     }
@@ -334,7 +361,7 @@ def compile_case(fn: Callable, args: tuple, backend: str, check: Callable[[Any, 
             result = check(out_c, out_e)
             # steady state: compiled vs eager, interleaved
             per = interleaved({"compiled": lambda: cfn(*args), "eager": lambda: fn(*args)},
-                              rounds=max(3, timing_calls // 3), steps=3, warmup=1)
+                              rounds=timing_calls, steps=2, warmup=1)
     except Exception as exc:  # noqa: BLE001 - report, don't crash
         tb = traceback.format_exception_only(type(exc), exc)[-1].strip().splitlines()[0][:300]
         return {"ok": False, "backend": backend, "error": tb}
@@ -388,13 +415,13 @@ def compile_section(quick: bool, digits_x: torch.Tensor, digits_y: torch.Tensor,
     cases: list[tuple[str, Callable, tuple, Callable | None]] = [
         ("digits fwd | torch.autocast inside fn", fwd_native, (xb,), None),
         ("digits fwd | ampcert autocast inside fn", fwd_ampcert, (xb,), None),
-        ("digits fwd | ampcert autocast entered outside", model, (xb,), ampcert_ctx),
     ]
     if not quick:
         d, h, t, b = tf_dims
         block = PreLNBlock(d, h)
         xt = torch.randn(b, t, d)
         cases += [
+            ("digits fwd | ampcert autocast entered outside", model, (xb,), ampcert_ctx),
             ("digits train step | torch.autocast", train_native, (xb, yb), None),
             ("digits train step | ampcert autocast", train_ampcert, (xb, yb), None),
             ("block fwd | torch.autocast entered outside", block, (xt,), native_ctx),
@@ -407,7 +434,7 @@ def compile_section(quick: bool, digits_x: torch.Tensor, digits_y: torch.Tensor,
     compiles: dict[str, Any] = {}
     backends = ["aot_eager"] if quick else ["eager", "aot_eager", "inductor"]
     for be in backends:
-        compiles[f"digits fwd | ampcert | {be}"] = compile_case(fwd_ampcert, (xb,), be, _check_outputs, 9 if quick else 15)
+        compiles[f"digits fwd | ampcert | {be}"] = compile_case(fwd_ampcert, (xb,), be, _check_outputs, 3 if quick else 6)
     if not quick:
         # training step: compare the gradients of one compiled step with one eager step
         def grads_after(fn: Callable) -> list[torch.Tensor]:
@@ -449,6 +476,8 @@ def format_compile(res: dict[str, Any]) -> str:
             lines.append(f"    reason: {reason}")
         if r["distinct_break_reasons"] > len(r["break_reasons"]):
             lines.append(f"    ... {r['distinct_break_reasons'] - len(r['break_reasons'])} more distinct reasons")
+        for reason in r["other_unsupported"]:
+            lines.append(f"    other (frame skipped / fell back): {reason}")
     for name, r in res["compile"].items():
         if not r["ok"]:
             lines.append(f"- compile {name}: FAILED: {r['error']}")
@@ -472,14 +501,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer rounds, cheapest compile checks (< 60 s)")
     p.add_argument("--json", type=Path, help="write all figures to this JSON file")
     p.add_argument("--rounds", type=int, help="interleaved rounds per comparison (default 20, quick 8)")
+    p.add_argument("--budget", type=float, help="seconds per comparison after which no new round starts "
+                   "(at least 5 rounds run; default 35, quick 8)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tf", default="128,4,64,8", help="transformer block d_model,heads,seq,batch")
+    p.add_argument("--threads", type=int, help="torch.set_num_threads(N) first (default: leave unchanged); "
+                   "1 is far steadier when other processes load the CPU")
+    p.add_argument("--tf", default="64,4,64,8", help="transformer block d_model,heads,seq,batch")
     p.add_argument("--skip-compile", action="store_true", help="skip the torch.compile section")
     args = p.parse_args(argv)
 
     t_start = time.perf_counter()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     quick = args.quick
-    rounds = args.rounds or (8 if quick else 20)
+    rounds = args.rounds or (6 if quick else 20)
+    budget = args.budget if args.budget is not None else (8.0 if quick else 35.0)
     tf_dims = tuple(int(v) for v in args.tf.split(","))
     if len(tf_dims) != 4 or tf_dims[0] % tf_dims[1]:
         p.error("--tf: expected d_model,heads,seq,batch with heads dividing d_model")
@@ -502,14 +538,21 @@ def main(argv: list[str] | None = None) -> int:
         "load_avg_start": load_avg(),
         "quick": quick,
         "rounds": rounds,
+        "budget_s": budget,
         "seed": args.seed,
     }
     emit(f"$ {cmd}")
     emit(f"torch {meta['torch']} | python {meta['python']} | CPU: {meta['cpu']} ({meta['cpu_count']} logical) | "
          f"torch threads: {meta['torch_threads']}")
     emit(f"load average at start (1/5/15 min): {meta['load_avg_start']}")
-    emit(f"method: {rounds} interleaved rounds per comparison, order rotated each round; "
-         "95% CI = bootstrap over paired rounds")
+    try:
+        if os.getloadavg()[0] > 0.5 * (os.cpu_count() or 1):
+            emit("WARNING: the CPU is already loaded; with several torch threads, OpenMP contention inflates and "
+                 "scatters step times (try --threads 1). Trust ratios with tight CIs only.")
+    except OSError:
+        pass
+    emit(f"method: up to {rounds} interleaved rounds per comparison (time budget {budget:g} s each), "
+         "order rotated each round; 95% CI = bootstrap over paired rounds")
     emit()
 
     torch.manual_seed(args.seed)
@@ -520,11 +563,11 @@ def main(argv: list[str] | None = None) -> int:
     # 1a. digits CNN, autocast
     torch.manual_seed(args.seed)
     base = DigitsCNN(16, 64)
-    steps_digits = 10 if quick else 15
+    steps_digits = 8 if quick else 15
     per = interleaved({
         "torch.autocast bf16": make_train_step(copy.deepcopy(base), batches, F.cross_entropy, native_ctx),
         "ampcert autocast bf16": make_train_step(copy.deepcopy(base), batches, F.cross_entropy, ampcert_ctx),
-    }, rounds=rounds, steps=steps_digits, warmup=5)
+    }, rounds=rounds, steps=steps_digits, warmup=5, budget_s=budget)
     comp = comparison(f"1a. train step, digits CNN (batch 64), {steps_digits} steps/round", "torch.autocast bf16",
                       per, {"ampcert autocast bf16": AUTOCAST_GOAL})
     results["comparisons"].append(comp)
@@ -537,11 +580,11 @@ def main(argv: list[str] | None = None) -> int:
     block = PreLNBlock(d, h)
     gen = torch.Generator().manual_seed(args.seed)
     tf_batches = [(torch.randn(b, t, d, generator=gen), torch.randn(b, t, d, generator=gen)) for _ in range(4)]
-    steps_tf = 3 if quick else 4
+    steps_tf = 2 if quick else 3
     per = interleaved({
         "torch.autocast bf16": make_train_step(copy.deepcopy(block), tf_batches, F.mse_loss, native_ctx),
         "ampcert autocast bf16": make_train_step(copy.deepcopy(block), tf_batches, F.mse_loss, ampcert_ctx),
-    }, rounds=rounds, steps=steps_tf, warmup=2)
+    }, rounds=rounds, steps=steps_tf, warmup=2, budget_s=budget)
     comp = comparison(f"1b. train step, pre-LN block d={d} heads={h} seq={t} batch={b}, {steps_tf} steps/round",
                       "torch.autocast bf16", per, {"ampcert autocast bf16": AUTOCAST_GOAL})
     results["comparisons"].append(comp)
@@ -551,13 +594,13 @@ def main(argv: list[str] | None = None) -> int:
     # 2. scalers (fp32 forward)
     torch.manual_seed(args.seed)
     base = DigitsCNN(16, 64)
-    steps_sc = 15 if quick else 20
+    steps_sc = 10 if quick else 20
     per = interleaved({
         "torch.amp.GradScaler": make_scaler_step(copy.deepcopy(base), batches, torch.amp.GradScaler("cpu")),
         "DynamicLossScaler default": make_scaler_step(copy.deepcopy(base), batches, DynamicLossScaler("cpu")),
         "DynamicLossScaler sync_free": make_scaler_step(copy.deepcopy(base), batches,
                                                         DynamicLossScaler("cpu", sync_free=True)),
-    }, rounds=rounds, steps=steps_sc, warmup=5)
+    }, rounds=rounds, steps=steps_sc, warmup=5, budget_s=budget)
     comp = comparison(f"2. scaler full step, digits CNN fp32, SGD momentum, {steps_sc} steps/round",
                       "torch.amp.GradScaler", per,
                       {"DynamicLossScaler default": SCALER_GOAL, "DynamicLossScaler sync_free": None})
