@@ -350,11 +350,18 @@ def _map_tensors(args: tuple, kwargs: dict, fn: Callable[[torch.Tensor], torch.T
     return tuple(one(a) for a in args), {k: one(v) for k, v in kwargs.items()}
 
 
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+
 def _cast(t: torch.Tensor, to: torch.dtype, region: _Region, st: _State) -> torch.Tensor:
     if not _eligible(t, region.device_type) or t.dtype is to:
         return t
     if (
         region.cache_enabled
+        # Under torch.compile the graph holds the cast once anyway, and the
+        # cache's Python-side checks (_is_view, weakrefs, _version) would each
+        # break the graph.
+        and not _compiling()
         and to is region.dtype
         and t.dtype is torch.float32
         and t.requires_grad
