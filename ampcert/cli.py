@@ -98,12 +98,13 @@ def _print_summary(rs) -> None:
 
     s = summary.build(rs)
     table = Table("workload", "amp", "precision", "runs", "metric", "target", "samples/s",
-                  "speedup", "accelerated", title=f"suite {s['suite']}")
+                  "speedup", "MFU", "accelerated", title=f"suite {s['suite']}")
     fmt = summary._fmt
     for g in s["groups"]:
         table.add_row(g["workload"], g["amp"], g["precision"], f"{g['completed']}/{g['runs']}",
                       fmt(g["final_metric_mean"]), fmt(g["target_reached"]), fmt(g["samples_per_s_mean"]),
-                      fmt(g["speedup_vs_fp32"], 3), "yes" if g["accelerated"] else "NO")
+                      fmt(g["speedup_vs_fp32"], 3), fmt(g["mfu_mean"], 3),
+                      "yes" if g["accelerated"] else "NO")
     console.print(table)
     for r in rs.runs:
         if r.status != "completed":

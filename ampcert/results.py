@@ -101,6 +101,13 @@ class RunResult(_Model):
     time_to_target_s: float | None = Field(
         default=None, description="run_start to the eval that first met the target, evals included (MLPerf's time-to-train)")
     samples_per_s: float | None = Field(default=None, description="training samples / training time (evals excluded)")
+    flops_per_step: float | None = Field(default=None, description="forward+backward FLOPs of one step (torch.utils.flop_counter)")
+    achieved_flops: float | None = Field(default=None, description="flops_per_step x steps / training time, FLOP/s")
+    mfu: float | None = Field(default=None, description="achieved_flops / the device's peak for this precision")
+    peak_flops: Measured | None = None
+    data_time_s: float | None = Field(default=None, description="time spent indexing and augmenting batches inside training")
+    data_share: float | None = Field(default=None, description="data_time_s / training time")
+    data_info: dict[str, Any] | None = None
     loss: list[float | None] = Field(default_factory=list, description="training loss per step; null where non-finite")
     evals: list[EvalPoint] = Field(default_factory=list)
     step_time: StepTimes | None = None
@@ -239,6 +246,9 @@ class ResultSet:
                     "steps_to_target": r.steps_to_target,
                     "time_to_target_s": r.time_to_target_s,
                     "samples_per_s": r.samples_per_s,
+                    "flops_per_step": r.flops_per_step,
+                    "mfu": r.mfu,
+                    "data_share": r.data_share,
                     "step_ms_p50": r.step_time.p50_ms if r.step_time else None,
                     "peak_memory_bytes": r.peak_memory.value if r.peak_memory else None,
                     "skipped_steps": len(r.skipped_steps) if r.skipped_steps is not None else None,

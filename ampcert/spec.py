@@ -71,6 +71,7 @@ class WorkloadEntry(_Strict):
     train: TrainBudget | None = None
     precisions: list[Precision] | None = None
     seeds: list[int] | None = None
+    timeout_s: PositiveInt | None = None
 
     @property
     def label(self) -> str:
@@ -86,7 +87,8 @@ class Suite(_Strict):
     device: Device = "auto"
     precisions: list[Precision] = Field(default_factory=lambda: list(PRECISIONS), min_length=1)
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
-    train: TrainBudget = Field(default_factory=lambda: TrainBudget(steps=100))
+    # None: each workload's declared budget (its target quality and step cap).
+    train: TrainBudget | None = None
     timeout_s: PositiveInt = 900
     unaccelerated: Unaccelerated = "run"
     unaccelerated_max_steps: PositiveInt | None = None
@@ -131,6 +133,8 @@ class RunSpec(_Strict):
     accelerated: bool = True
     capability_note: str = ""
     skip_reason: str | None = None
+    peak_flops: float | None = None
+    peak_source: str = ""
 
     def identity(self) -> dict[str, Any]:
         """The fields that decide what a run computes; its id hashes these.
@@ -257,6 +261,7 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"]) -> list[RunSpec]:
     runs: list[RunSpec] = []
     for entry in suite.workloads:
         params = registry.resolve_params(entry)
+        budget = entry.train or suite.train or registry.default_budget(entry)
         for precision in entry.precisions or suite.precisions:
             for seed in entry.seeds or suite.seeds:
                 runs.append(
@@ -271,8 +276,8 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"]) -> list[RunSpec]:
                         precision=precision,
                         seed=seed,
                         device=device,
-                        train=entry.train or suite.train,
-                        timeout_s=suite.timeout_s,
+                        train=budget,
+                        timeout_s=entry.timeout_s or suite.timeout_s,
                         policy_sha256=policy_sha256,
                     )
                 )
@@ -287,7 +292,8 @@ def apply_capabilities(
     out: list[RunSpec] = []
     for run in runs:
         cap = capabilities.get(run.precision, {"accelerated": True, "note": ""})
-        update: dict[str, Any] = {"accelerated": cap["accelerated"], "capability_note": cap["note"]}
+        update: dict[str, Any] = {"accelerated": cap["accelerated"], "capability_note": cap["note"],
+                                  "peak_flops": cap.get("peak_flops"), "peak_source": cap.get("peak_source", "")}
         if not cap["accelerated"]:
             if suite.unaccelerated == "skip":
                 update["skip_reason"] = (

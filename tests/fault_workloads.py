@@ -21,52 +21,46 @@ class _Fault(DigitsWorkload):
 
     def build(self, params, seed, device):
         task = super().build(params, seed, device)
-        calls = {"n": 0}
-        inner = task.loss_fn
-
-        def loss_fn(out, y):
-            calls["n"] += 1
-            return self.at_step(calls["n"], inner(out, y))
-
-        task.loss_fn = loss_fn
+        # The batch hook gets the true training step, so faults land exactly there.
+        task.augment = lambda x, y, step: (self.at_step(step, x), y)
         return task
 
-    def at_step(self, step: int, loss: torch.Tensor) -> torch.Tensor:
-        return loss
+    def at_step(self, step: int, x: torch.Tensor) -> torch.Tensor:
+        return x
 
 
 class Raising(_Fault):
     name = "raising"
 
-    def at_step(self, step, loss):
+    def at_step(self, step, x):
         if step == 7:
             raise ValueError("injected failure at step 7")
-        return loss
+        return x
 
 
 class NaNLoss(_Fault):
     name = "nan"
 
-    def at_step(self, step, loss):
-        return loss * float("nan") if step >= 5 else loss
+    def at_step(self, step, x):
+        return x * float("nan") if step >= 5 else x
 
 
 class Hang(_Fault):
     name = "hang"
 
-    def at_step(self, step, loss):
+    def at_step(self, step, x):
         if step == 3:
             time.sleep(3600)
-        return loss
+        return x
 
 
 class Killed(_Fault):
     name = "killed"
 
-    def at_step(self, step, loss):
+    def at_step(self, step, x):
         if step == 3:
             os.kill(os.getpid(), signal.SIGKILL)
-        return loss
+        return x
 
 
 class BadBuilder(DigitsWorkload):

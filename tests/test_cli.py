@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_cli, snapshot
+from conftest import REPO, run_cli, snapshot
 
 
 def _assert_one_line_error(proc, *fragments: str) -> None:
@@ -25,6 +25,10 @@ def _assert_one_line_error(proc, *fragments: str) -> None:
         ("name: t\ntrain: {steps: -1}\nworkloads: [{workload: digits}]\n", ["train.steps", "greater than 0"]),
         ("name: t\nworkloads: [{workload: digits}, {workload: digits}]\n", ["duplicate workload entry"]),
         ("name: t\nworkloads: [{workload: digits\n", ["malformed YAML at line"]),
+        ("name: t\nworkloads: [{workload: resnet, params: {data: cifar10, path: /no/such/cifar}}]\n",
+         ["workloads[0](resnet): data: /no/such/cifar"]),
+        ("name: t\nworkloads: [{workload: gpt, params: {data: text, path: /no/such/corpus.txt}}]\n",
+         ["workloads[0](gpt): data: /no/such/corpus.txt"]),
     ],
 )
 def test_bad_suite_is_one_line_exit_2_and_output_untouched(tmp_path, write_suite, text, fragments):
@@ -64,12 +68,15 @@ def test_resume_needs_a_results_folder(tmp_path):
 
 
 def test_dry_run_prints_the_matrix_and_writes_nothing(tmp_path):
-    proc = run_cli("run", "suites/smoke.yaml", "--dry-run", cwd=None)
+    before = snapshot(REPO / "reports")
+    proc = run_cli("run", "suites/smoke.yaml", "--dry-run")
     assert proc.returncode == 0, proc.stderr
-    assert "suite smoke: 6 runs on" in proc.stdout
+    assert "suite smoke: 12 runs on" in proc.stdout
     for precision in ("fp32", "bf16", "fp16"):
-        assert f"digits-{precision}-native-s0-" in proc.stdout
+        for workload in ("resnet", "gpt"):
+            assert f"{workload}-{precision}-native-s0-" in proc.stdout
         assert f"{precision}: " in proc.stdout  # capability line per precision
+    assert snapshot(REPO / "reports") == before
 
 
 def test_list_and_env():

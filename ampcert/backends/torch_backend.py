@@ -98,7 +98,7 @@ def weights_digest(model: torch.nn.Module) -> str:
     h = hashlib.sha256()
     for name, tensor in model.state_dict().items():
         h.update(name.encode())
-        h.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
@@ -184,8 +184,10 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
     task = workload.build(params, spec.seed, device)
     model = task.model
     optimizer = task.make_optimizer(model.parameters())
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, task.lr_lambda) if task.lr_lambda else None
     amp = make_amp(spec)
     build_s = time.perf_counter() - t_build
+    flops_per_step = count_train_flops(task)
 
     budget = spec.train
     limit = budget.step_limit
@@ -207,7 +209,7 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
     skipped: list[int] = []
     evals: list[dict[str, Any]] = []
     batches = _batches(len(task.train_x), task.batch_size, spec.seed)
-    train_s = eval_s = 0.0
+    train_s = eval_s = data_s = 0.0
     reached_at: dict[str, Any] | None = None
     scaler = amp.scaler
     # The native GradScaler already syncs every step, so reading its scale
@@ -225,8 +227,12 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
         for _ in range(window):
             step += 1
             tok = clock.start()
+            t_data = time.perf_counter()
             idx = next(batches)
             x, y = task.train_x[idx], task.train_y[idx]
+            if task.augment is not None:
+                x, y = task.augment(x, y, step)
+            data_s += time.perf_counter() - t_data
             optimizer.zero_grad(set_to_none=True)
             with amp.autocast():
                 loss = task.loss_fn(model(x), y)
@@ -243,6 +249,8 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
                     loss_scale.append(after)
                     if after < before:
                         skipped.append(step)
+            if scheduler is not None:
+                scheduler.step()
             losses.append(loss.detach().float())
             clock.stop(tok)
         _sync(device)
@@ -301,10 +309,19 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
         final_metric=evals[-1]["value"],
         target=budget.target,
         samples_per_s=(step * task.batch_size) / train_s if train_s > 0 else None,
+        flops_per_step=flops_per_step,
+        achieved_flops=flops_per_step * step / train_s if flops_per_step and train_s > 0 else None,
+        data_time_s=data_s,
+        data_share=data_s / train_s if train_s > 0 else None,
+        data_info=task.data_info or None,
         step_time=step_time_stats(clock.durations, clock.method),
         peak_memory=_peak_memory(device),
         weights_sha256=weights_digest(model),
     )
+    if spec.peak_flops:
+        out["peak_flops"] = {"value": spec.peak_flops, "unit": "FLOP/s", "method": spec.peak_source}
+        if out["achieved_flops"]:
+            out["mfu"] = out["achieved_flops"] / spec.peak_flops
     if budget.target is not None:
         out["target_reached"] = reached_at is not None
         out.update(reached_at or {})
@@ -318,6 +335,27 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
         "data": task.data_note,
     }
     return out
+
+
+def count_train_flops(task) -> float | None:
+    """FLOPs of one training step (forward + backward on one batch), counted
+    by torch.utils.flop_counter on a copy of the model, so the run's own
+    weights and batch-norm statistics are untouched. Counted in fp32: the
+    count depends on the ops and shapes, not on the precision."""
+    import copy
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = copy.deepcopy(task.model)
+    model.train()
+    x, y = task.train_x[: task.batch_size], task.train_y[: task.batch_size]
+    try:
+        with FlopCounterMode(display=False) as counter:
+            task.loss_fn(model(x), y).backward()
+    except Exception:  # noqa: BLE001 - an op without a FLOP formula must not fail the run
+        return None
+    total = counter.get_total_flops()
+    return float(total) if total else None
 
 
 def _cpu_name() -> str:

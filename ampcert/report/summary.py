@@ -43,6 +43,9 @@ def build(rs: ResultSet) -> dict[str, Any]:
                 "target_reached": f"{int(reached.sum())}/{len(reached)}" if len(reached) else None,
                 "steps_to_target_mean": _mean([float(v) for v in done.steps_to_target.dropna()]),
                 "samples_per_s_mean": _mean(speeds),
+                "flops_per_step": _mean([float(v) for v in done.flops_per_step.dropna()]),
+                "mfu_mean": _mean([float(v) for v in done.mfu.dropna()]),
+                "data_share_mean": _mean([float(v) for v in done.data_share.dropna()]),
                 "accelerated": bool(g.accelerated.all()),
             })
         for row in groups:

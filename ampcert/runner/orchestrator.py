@@ -29,7 +29,7 @@ from ampcert.spec import RunSpec, Suite, apply_capabilities, expand, load_suite
 # Imported once in the forkserver, so each worker starts with them loaded.
 # torch._inductor is what torch.use_deterministic_algorithms imports (~3 s).
 _PRELOAD = ["ampcert.runner.worker", "ampcert.backends.torch_backend", "ampcert.workloads.digits",
-            "torch._inductor"]
+            "ampcert.workloads.resnet", "ampcert.workloads.gpt", "torch._inductor"]
 _context: Any = None
 
 

@@ -11,7 +11,7 @@ unchanged in fp32, fp16 and bf16.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel
@@ -34,6 +34,31 @@ class TorchTask:
     # and inside the run's autocast region, like inference would be.
     evaluate: Callable[[torch.nn.Module, torch.Tensor, torch.Tensor], float]
     data_note: str = ""
+    # Learning-rate multiplier for a 0-based step (torch LambdaLR), e.g. linear
+    # warm-up then cosine decay; None keeps the optimizer's rate.
+    lr_lambda: Callable[[int], float] | None = None
+    # Applied to each training batch after indexing (seeded augmentation);
+    # gets (x, y, step) and must be deterministic for a step.
+    augment: Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]] | None = None
+    # Provenance the result should carry: source paths, sha256 of the data, sizes.
+    data_info: dict[str, Any] = field(default_factory=dict)
+
+
+class DataError(ValueError):
+    """A data source is unusable: missing path, wrong or truncated format, too
+    small. The message is one line, ``<path>: <problem>``; the harness shows it
+    with exit code 2 at planning time (through a workload's optional
+    ``check(params)``) or records it as the run's failure reason."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A workload's declared training budget: MLPerf-style target quality
+    with a step cap, and how often to evaluate."""
+
+    target: float
+    max_steps: int
+    eval_every: int
 
 
 @runtime_checkable
@@ -45,3 +70,9 @@ class Workload(Protocol):
     Params: ClassVar[type[BaseModel]]
 
     def build(self, params: Any, seed: int, device: str) -> TorchTask: ...
+
+    def default_budget(self, params: Any) -> Budget: ...
+
+    # Optional, not part of the runtime check: ``check(params) -> None`` validates
+    # data sources cheaply (paths exist, headers parse) and raises DataError, so
+    # bad data is reported before any run starts.

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 BUILTIN: dict[str, str] = {
     "digits": "ampcert.workloads.digits:WORKLOAD",
+    "resnet": "ampcert.workloads.resnet:WORKLOAD",
+    "gpt": "ampcert.workloads.gpt:WORKLOAD",
 }
 
 
@@ -59,13 +61,31 @@ def get(name: str) -> Workload:
 
 
 def validate_entry(entry: WorkloadEntry, where: str) -> None:
+    """Check an entry's workload and params, and (cheaply) its data sources."""
+    from ampcert.workloads.base import DataError
+
     workload = get_for(entry, where)
     try:
-        workload.Params.model_validate(entry.params)
+        params = workload.Params.model_validate(entry.params)
     except ValidationError as err:
         from ampcert.spec import validation_message
 
         raise UserError(validation_message(f"{where}.params", err, entry.params)) from None
+    check = getattr(workload, "check", None)
+    if check is not None:
+        try:
+            check(params)
+        except DataError as exc:
+            raise UserError(f"{where}: data: {exc}") from None
+
+
+def default_budget(entry: WorkloadEntry):
+    """The workload's declared budget for these params, as a TrainBudget."""
+    from ampcert.spec import TrainBudget
+
+    workload = get(entry.workload)
+    b = workload.default_budget(workload.Params.model_validate(entry.params))
+    return TrainBudget(target=b.target, max_steps=b.max_steps, eval_every=b.eval_every)
 
 
 def get_for(entry: WorkloadEntry, where: str) -> Workload:
