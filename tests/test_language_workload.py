@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from ampcert import mllog
 from ampcert.errors import UserError
 from ampcert.workloads import gpt, text
-from ampcert.workloads.base import DataError, TorchTask, Workload
+from ampcert.workloads.base import DataError, TorchTask, Workload, warmup_cosine
 
 GPT_PATH = "ampcert.workloads.gpt:WORKLOAD"
 
@@ -250,13 +250,13 @@ def test_suite_rejects_text_without_path():
 
 
 def test_warmup_then_cosine_to_a_tenth():
-    f = gpt.warmup_cosine(warmup_steps=10, max_steps=110)
+    f = warmup_cosine(warmup_steps=10, max_steps=110)
     assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
     assert f(10) == pytest.approx(1.0) and f(60) == pytest.approx(0.55)
     assert f(110) == pytest.approx(0.1) and f(10_000) == pytest.approx(0.1)
     values = [f(s) for s in range(10, 111)]
     assert all(a >= b for a, b in zip(values, values[1:], strict=False))
-    assert gpt.warmup_cosine(0, 10)(0) == pytest.approx(1.0)
+    assert warmup_cosine(0, 10)(0) == pytest.approx(1.0)
 
 
 def test_workload_meets_the_protocol_and_records_provenance():

@@ -13,7 +13,7 @@ from PIL import Image
 from pydantic import ValidationError
 
 from ampcert.workloads import images, resnet
-from ampcert.workloads.base import DataError, Workload
+from ampcert.workloads.base import DataError, Workload, warmup_cosine
 
 WORKLOAD_PATH = "ampcert.workloads.resnet:WORKLOAD"
 
@@ -234,7 +234,7 @@ def test_init_follows_the_seed():
 
 
 def test_lr_schedule_warms_up_then_decays_to_a_tenth():
-    f = resnet.lr_multiplier(10, 110)
+    f = warmup_cosine(10, 110)
     assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
     assert f(60) == pytest.approx(0.55) and f(110) == pytest.approx(0.1) and f(500) == pytest.approx(0.1)
     assert all(f(s) >= f(s + 1) for s in range(10, 200))

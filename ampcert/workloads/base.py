@@ -10,6 +10,7 @@ unchanged in fp32, fp16 and bf16.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
@@ -42,6 +43,20 @@ class TorchTask:
     augment: Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]] | None = None
     # Provenance the result should carry: source paths, sha256 of the data, sizes.
     data_info: dict[str, Any] = field(default_factory=dict)
+
+
+def warmup_cosine(warmup_steps: int, max_steps: int, floor: float = 0.1) -> Callable[[int], float]:
+    """Learning-rate multiplier for a 0-based step (for ``TorchTask.lr_lambda``):
+    linear warm-up from 1/warmup_steps to 1 over ``warmup_steps``, then a
+    cosine from 1 down to ``floor`` at ``max_steps``, and ``floor`` after."""
+
+    def lr_lambda(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, max_steps - warmup_steps))
+        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return lr_lambda
 
 
 class DataError(ValueError):

@@ -69,7 +69,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 from torch import nn
 
 from ampcert.workloads import text
-from ampcert.workloads.base import Budget, TorchTask
+from ampcert.workloads.base import Budget, TorchTask, warmup_cosine
 
 VOCAB = 256
 # Evaluation feeds at most this many tokens through the model at once, so the
@@ -294,20 +294,6 @@ def bits_per_byte(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return float(total) / y.numel() / math.log(2)
 
 
-def warmup_cosine(warmup_steps: int, max_steps: int, floor: float = LR_FLOOR):
-    """LR multiplier for a 0-based step: linear warm-up from 1/warmup to 1
-    over ``warmup_steps``, then a cosine from 1 down to ``floor`` at
-    ``max_steps``, and ``floor`` after that."""
-
-    def lr_lambda(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        progress = min(1.0, (step - warmup_steps) / max(1, max_steps - warmup_steps))
-        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return lr_lambda
-
-
 # -- the workload ----------------------------------------------------------------------
 
 
@@ -374,7 +360,7 @@ class GPTWorkload:
                 f"sha256 {corpus.sha256[:12]}; {len(win.train_x)} train windows (every offset of "
                 f"the first 90%) / {len(win.eval_x)} eval windows of {params.seq_len} bytes"
             ),
-            lr_lambda=warmup_cosine(params.warmup_steps, params.max_steps),
+            lr_lambda=warmup_cosine(params.warmup_steps, params.max_steps, LR_FLOOR),
             data_info=info,
         )
 

@@ -67,7 +67,6 @@ a cosine from 1x down to 0.1x of ``lr`` at ``max_steps``, where it stays.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -76,7 +75,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 from torch import nn
 
 from ampcert.workloads import images
-from ampcert.workloads.base import Budget, DataError, TorchTask
+from ampcert.workloads.base import Budget, DataError, TorchTask, warmup_cosine
 
 Size = Literal["tiny", "small", "base"]
 
@@ -236,19 +235,6 @@ def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def lr_multiplier(warmup_steps: int, max_steps: int, floor: float = 0.1):
-    """LambdaLR multiplier for a 0-based step: linear warm-up to 1 over
-    ``warmup_steps``, then cosine down to ``floor`` at ``max_steps``, then flat."""
-
-    def f(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        t = min(1.0, (step - warmup_steps) / max(1, max_steps - warmup_steps))
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t))
-
-    return f
-
-
 def _generator(seed: int, step: int) -> torch.Generator:
     # A fixed mix of (seed, step) into one 63-bit seed.
     mixed = ((seed & 0xFFFFFFFF) * 0x9E3779B97F4A7C15 + step * 0xBF58476D1CE4E5B9 + 1) % (2**63)
@@ -335,7 +321,7 @@ class ResNetWorkload:
             make_optimizer=make_optimizer,
             evaluate=accuracy,
             data_note=data.note,
-            lr_lambda=lr_multiplier(params.warmup_steps, params.max_steps),  # type: ignore[arg-type]
+            lr_lambda=warmup_cosine(params.warmup_steps, params.max_steps),  # type: ignore[arg-type]
             augment=augment,
             data_info=info,
         )
@@ -357,4 +343,4 @@ class ResNetWorkload:
 WORKLOAD = ResNetWorkload()
 
 __all__ = ["WORKLOAD", "ResNet", "BasicBlock", "ResNetParams", "ResNetWorkload", "DataError",
-           "lr_multiplier", "make_augment", "parameter_count"]
+           "make_augment", "parameter_count"]
