@@ -62,7 +62,7 @@ def run(
             _print_plan(table, plan)
             return
         root = out or orch.default_out_dir(plan.suite.name)
-        orch._prepare_out_dir(root)
+        orch.prepare_out_dir(root)
         with orch.FolderLock(root):
             orch.write_plan(root, plan)
         runs = plan.runs
@@ -72,8 +72,8 @@ def run(
         from ampcert.report import summary
 
         result_set = load(root)
-        summary.write(result_set)
-    _print_summary(result_set)
+        written = summary.write(result_set)
+    _print_summary(result_set, written)
     console.print(f"results: {root}  (summary: {ResultsDir(root).summary_html})")
     failed = [r for r in result_set.runs if r.status == "failed"]
     if failed:
@@ -93,13 +93,12 @@ def _print_plan(rows: list[dict], plan=None) -> None:
     console.print(table)
 
 
-def _print_summary(rs) -> None:
+def _print_summary(rs, s: dict) -> None:
     from ampcert.report import summary
 
-    s = summary.build(rs)
     table = Table("workload", "amp", "precision", "runs", "metric", "target", "samples/s",
                   "speedup", "MFU", "accelerated", title=f"suite {s['suite']}")
-    fmt = summary._fmt
+    fmt = summary.fmt
     for g in s["groups"]:
         table.add_row(g["workload"], g["amp"], g["precision"], f"{g['completed']}/{g['runs']}",
                       fmt(g["final_metric_mean"]), fmt(g["target_reached"]), fmt(g["samples_per_s_mean"]),
@@ -162,8 +161,7 @@ def report(results: Path = typer.Argument(..., help="results folder written by `
     from ampcert.results import ResultsDir, load
 
     rs = load(results)
-    summary.write(rs)
-    _print_summary(rs)
+    _print_summary(rs, summary.write(rs))
     console.print(f"wrote {ResultsDir(results).summary_json} and {ResultsDir(results).summary_html}")
 
 

@@ -75,7 +75,7 @@ _env = Environment(loader=PackageLoader("ampcert", "report/templates"),
                    autoescape=select_autoescape(default=True, default_for_string=True))
 
 
-def _fmt(value: Any, digits: int = 4) -> str:
+def fmt(value: Any, digits: int = 4) -> str:
     if value is None:
         return "—"
     if isinstance(value, float):
@@ -83,7 +83,7 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-_env.filters["fmt"] = _fmt
+_env.filters["fmt"] = fmt
 
 
 def render_html(summary: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ not for a fresh interpreter and framework import.
 
 from __future__ import annotations
 
-import json
+import hashlib
 import multiprocessing as mp
 import os
 import queue as queue_mod
@@ -80,7 +80,7 @@ def default_out_dir(suite_name: str) -> Path:
     return Path("reports") / f"{suite_name}-{stamp}"
 
 
-def _prepare_out_dir(out: Path) -> None:
+def prepare_out_dir(out: Path) -> None:
     """Create the folder, refusing one that already holds anything (results
     are never overwritten; --resume continues a folder)."""
     if out.exists() and not out.is_dir():
@@ -141,8 +141,6 @@ def _alive(pid: int) -> bool:
 
 
 def write_plan(out: Path, plan: Plan) -> None:
-    import hashlib
-
     from ampcert.envinfo import fingerprint
 
     raw = plan.suite_path.read_bytes()
@@ -267,7 +265,3 @@ def dump_plan_table(runs: list[RunSpec]) -> list[dict[str, Any]]:
          "note": ("skipped: " if r.skip_reason else "") + ("" if r.accelerated else "not accelerated")}
         for r in runs
     ]
-
-
-def plan_json(plan: Plan) -> str:
-    return json.dumps(dump_plan_table(plan.runs), indent=1)
