@@ -260,8 +260,9 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"]) -> list[RunSpec]:
         policy_sha256 = load_op_policy(suite.policy, "policy", device).effective_sha256
     runs: list[RunSpec] = []
     for entry in suite.workloads:
-        params = registry.resolve_params(entry)
-        budget = entry.train or suite.train or registry.default_budget(entry)
+        params, declared = registry.resolve(entry)
+        budget = entry.train or suite.train or TrainBudget(
+            target=declared.target, max_steps=declared.max_steps, eval_every=declared.eval_every)
         for precision in entry.precisions or suite.precisions:
             for seed in entry.seeds or suite.seeds:
                 runs.append(

@@ -17,7 +17,7 @@ from ampcert.errors import UserError
 
 if TYPE_CHECKING:
     from ampcert.spec import WorkloadEntry
-    from ampcert.workloads.base import Workload
+    from ampcert.workloads.base import Budget, Workload
 
 BUILTIN: dict[str, str] = {
     "digits": "ampcert.workloads.digits:WORKLOAD",
@@ -79,15 +79,6 @@ def validate_entry(entry: WorkloadEntry, where: str) -> None:
             raise UserError(f"{where}: data: {exc}") from None
 
 
-def default_budget(entry: WorkloadEntry):
-    """The workload's declared budget for these params, as a TrainBudget."""
-    from ampcert.spec import TrainBudget
-
-    workload = get(entry.workload)
-    b = workload.default_budget(workload.Params.model_validate(entry.params))
-    return TrainBudget(target=b.target, max_steps=b.max_steps, eval_every=b.eval_every)
-
-
 def get_for(entry: WorkloadEntry, where: str) -> Workload:
     try:
         return get(entry.workload)
@@ -95,7 +86,10 @@ def get_for(entry: WorkloadEntry, where: str) -> Workload:
         raise UserError(f"{where}: {exc}") from None
 
 
-def resolve_params(entry: WorkloadEntry) -> dict[str, Any]:
-    """The entry's params with the workload's defaults filled in, so that a
-    default changing in a later release changes the run id too."""
-    return get(entry.workload).Params.model_validate(entry.params).model_dump(mode="json")
+def resolve(entry: WorkloadEntry) -> tuple[dict[str, Any], Budget]:
+    """The entry's params with the workload's defaults filled in (so that a
+    default changing in a later release changes the run id too), and the
+    workload's declared budget for those params."""
+    workload = get(entry.workload)
+    params = workload.Params.model_validate(entry.params)
+    return params.model_dump(mode="json"), workload.default_budget(params)
