@@ -167,7 +167,7 @@ def report(results: Path = typer.Argument(..., help="results folder written by `
 
 @app.command()
 def audit(
-    backend: str = typer.Option("torch", "--backend", help="framework to audit (torch)"),
+    backend: str = typer.Option("torch", "--backend", help="framework to audit: torch or jax"),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     policy: str | None = typer.Option(None, "--policy", help="policy file or shipped name (default: the device's shipped policy)"),
     dtype: str | None = typer.Option(None, "--dtype", help="bf16 or fp16 (default: bf16 on cpu, fp16 on cuda)"),
@@ -177,8 +177,11 @@ def audit(
     Exits 1 when a shipped (native-mirroring) policy disagrees with native, so
     CI catches a torch upgrade that changed autocast's lists; a user policy's
     intended differences are listed, not failed. Exits 2 on bad input."""
+    if backend == "jax":
+        _audit_jax(policy, dtype)
+        return
     if backend != "torch":
-        raise UserError(f"--backend: expected torch (the JAX audit is not built yet), got {backend!r}")
+        raise UserError(f"--backend: expected torch or jax, got {backend!r}")
     if device not in ("cpu", "cuda"):
         raise UserError(f"--device: expected cpu or cuda, got {device!r}")
     import torch
@@ -209,6 +212,35 @@ def audit(
         console.print(f"the shipped policy disagrees with torch {torch.__version__}'s autocast on: "
                       f"{', '.join(differ)}", markup=False)
         raise typer.Exit(1)
+
+
+def _audit_jax(policy: str | None, dtype: str | None) -> None:
+    """ampcert's JAX autocast against its policy: per primitive, the operand
+    dtypes it really got on real arrays; per nested region, whether the
+    matmul inside was rewritten. Exit 1 when any row disagrees."""
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        raise UserError("--backend jax: JAX is not installed (pip install 'ampcert[jax]')") from None
+    from ampcert.amp.jax.audit import audit_jax, audit_regions, format_jax_table, format_region_table
+    from ampcert.spec import load_op_policy
+
+    dtypes = {"bf16": jnp.bfloat16, "fp16": jnp.float16, None: jnp.bfloat16}
+    if dtype not in dtypes:
+        raise UserError(f"--dtype: expected bf16 or fp16, got {dtype!r}")
+    op_policy = load_op_policy(policy, "--policy", framework="jax")
+    rows = audit_jax(op_policy, dtypes[dtype], extra_ops=("tanh", "logistic", "reduce_max", "add", "mul"))
+    regions = audit_regions(op_policy, dtypes[dtype])
+    console.print(f"policy {op_policy.name} ({op_policy.source}), sha256 {op_policy.sha256[:16]}..., "
+                  f"jax {jax.__version__}, backend {jax.default_backend()}", markup=False, highlight=False)
+    console.print(format_jax_table(rows), markup=False, highlight=False, soft_wrap=True)
+    console.print(format_region_table(regions), markup=False, highlight=False, soft_wrap=True)
+    bad = [r.op for r in rows if not r.agree] + [r.region for r in regions if not r.rewritten]
+    if bad:
+        console.print(f"autocast disagrees with the policy on: {', '.join(bad)}", markup=False)
+        raise typer.Exit(1)
+    console.print(f"all {len(rows)} primitives and {len(regions)} region kinds as the policy says", markup=False)
 
 
 def main() -> None:

@@ -74,8 +74,13 @@ FAMILIES: tuple[str, ...] = ("lower_precision", "fp32", "fp32_with_dtype", "prom
 #: Directory holding the shipped policies (``torch-cpu.yaml``, ``torch-cuda.yaml``).
 POLICY_DIR = Path(__file__).resolve().parents[2] / "configs" / "policies"
 
-_TOP_KEYS = ("name", "device_type", "description", "extends", "families", "overrides", "uncast_if_mixed")
+_TOP_KEYS = ("name", "framework", "device_type", "description", "extends", "families", "overrides",
+             "uncast_if_mixed", "accumulate_fp32")
+_FRAMEWORKS = ("torch", "jax")
 _DEVICE_TYPES = ("cpu", "cuda", "xpu", "mps", "hpu")
+# A JAX program is traced once and compiled for whichever backend runs it, so a
+# JAX policy names primitives, not devices.
+_JAX_DEVICE_TYPE = "any"
 _REMOVE = "none"
 
 
@@ -101,6 +106,11 @@ class OpPolicy:
     extends: str | None = None
     uncast_if_mixed: frozenset[str] = frozenset()
     effective_sha256: str = field(default="", compare=False)
+    #: ``torch`` (ops are torch callables) or ``jax`` (ops are jaxpr primitives).
+    framework: str = "torch"
+    #: lower-precision JAX primitives that accumulate in float32
+    #: (``preferred_element_type``); torch policies leave this empty.
+    accumulate_fp32: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         ops = dict(self.ops)
@@ -111,13 +121,15 @@ class OpPolicy:
                 )
         object.__setattr__(self, "ops", MappingProxyType(dict(sorted(ops.items()))))
         object.__setattr__(self, "uncast_if_mixed", frozenset(o for o in self.uncast_if_mixed if o in ops))
+        object.__setattr__(self, "accumulate_fp32", frozenset(o for o in self.accumulate_fp32 if o in ops))
         if not self.effective_sha256:
             object.__setattr__(
-                self, "effective_sha256", _digest_mapping(self.device_type, ops, self.uncast_if_mixed)
+                self, "effective_sha256",
+                _digest_mapping(self.device_type, ops, self.uncast_if_mixed, self.framework, self.accumulate_fp32),
             )
 
     def __hash__(self) -> int:
-        return hash((self.name, self.device_type, self.effective_sha256))
+        return hash((self.name, self.framework, self.device_type, self.effective_sha256))
 
     # -- queries ---------------------------------------------------------------
     def family(self, op: str) -> str | None:
@@ -151,7 +163,7 @@ class OpPolicy:
         """
         where = f"<{name or self.name + '+overrides'}>"
         ops = dict(self.ops)
-        _apply_overrides(ops, overrides, where, "overrides")
+        _apply_overrides(ops, overrides, where, "overrides", known=_known_ops(self.framework))
         return OpPolicy(
             name=name or f"{self.name}+overrides",
             device_type=self.device_type,
@@ -161,16 +173,20 @@ class OpPolicy:
             description=self.description,
             extends=self.name,
             uncast_if_mixed=self.uncast_if_mixed,
+            framework=self.framework,
+            accumulate_fp32=self.accumulate_fp32,
         )
 
     def to_dict(self) -> dict[str, Any]:
         """A plain, YAML-dumpable form of the resolved policy."""
         return {
             "name": self.name,
+            "framework": self.framework,
             "device_type": self.device_type,
             "description": self.description,
             "families": {fam: list(ops) for fam, ops in self.families.items()},
             "uncast_if_mixed": sorted(self.uncast_if_mixed),
+            "accumulate_fp32": sorted(self.accumulate_fp32),
         }
 
 
@@ -182,13 +198,17 @@ def shipped_policy_names() -> tuple[str, ...]:
     return tuple(sorted(p.stem for p in POLICY_DIR.glob("*.yaml")))
 
 
-def shipped_policy(device_type: str) -> OpPolicy:
-    """The shipped policy for ``device_type`` (``torch-cpu`` or ``torch-cuda``)."""
+def shipped_policy(device_type: str, framework: str = "torch") -> OpPolicy:
+    """The shipped policy for ``device_type`` (``torch-cpu`` or ``torch-cuda``);
+    with ``framework="jax"``, the one JAX policy (``jax``) for every device."""
+    if framework == "jax":
+        return _load_cached(str(POLICY_DIR / "jax.yaml"))
     dev = str(device_type).split(":", 1)[0]
     path = POLICY_DIR / f"torch-{dev}.yaml"
     if not path.is_file():
         raise PolicyError(
-            f"{path}: device_type: expected one of {[n.removeprefix('torch-') for n in shipped_policy_names()]}"
+            f"{path}: device_type: expected one of "
+            f"{[n.removeprefix('torch-') for n in shipped_policy_names() if n.startswith('torch-')]}"
             f" (a shipped policy), got {device_type!r}"
         )
     return _load_cached(str(path))
@@ -289,9 +309,17 @@ def _load_file(path: Path, chain: tuple[Path, ...]) -> OpPolicy:
             ) from None
         base = _load_file(base_path, chain=(*chain, path))
 
-    device_type = doc.get("device_type", base.device_type if base else None)
-    if device_type not in _DEVICE_TYPES:
-        raise PolicyError(f"{where}: device_type: expected one of {list(_DEVICE_TYPES)}, got {device_type!r}")
+    framework = doc.get("framework", base.framework if base else "torch")
+    if framework not in _FRAMEWORKS:
+        raise PolicyError(f"{where}: framework: expected one of {list(_FRAMEWORKS)}, got {framework!r}")
+    if base is not None and framework != base.framework:
+        raise PolicyError(
+            f"{where}: framework: expected {base.framework!r} (the framework of {extends!r}), got {framework!r}"
+        )
+    device_types = (_JAX_DEVICE_TYPE,) if framework == "jax" else _DEVICE_TYPES
+    device_type = doc.get("device_type", base.device_type if base else (_JAX_DEVICE_TYPE if framework == "jax" else None))
+    if device_type not in device_types:
+        raise PolicyError(f"{where}: device_type: expected one of {list(device_types)}, got {device_type!r}")
     if base is not None and device_type != base.device_type:
         raise PolicyError(
             f"{where}: device_type: expected {base.device_type!r} (the device_type of {extends!r}), got {device_type!r}"
@@ -307,7 +335,7 @@ def _load_file(path: Path, chain: tuple[Path, ...]) -> OpPolicy:
     if not isinstance(families, dict):
         raise PolicyError(f"{where}: families: expected a mapping of family -> op list, got {_tname(families)}")
     seen: dict[str, str] = {}
-    known = _known_ops()
+    known = _known_ops(framework)
     for fam, op_list in families.items():
         if fam not in FAMILIES:
             raise PolicyError(f"{where}: families.{fam}: expected a family in {list(FAMILIES)}, got unknown family {fam!r}")
@@ -347,6 +375,21 @@ def _load_file(path: Path, chain: tuple[Path, ...]) -> OpPolicy:
                 raise PolicyError(f"{where}: {field_name}: expected an op that is in a family, got {op!r}")
             mixed.add(op)
 
+    accumulate = set(base.accumulate_fp32) if base else set()
+    acc_list = doc.get("accumulate_fp32")
+    if acc_list is not None:
+        if framework != "jax":
+            raise PolicyError(f"{where}: accumulate_fp32: expected only in `framework: jax` policies "
+                              "(torch picks its own accumulation), got a torch policy")
+        if not isinstance(acc_list, list):
+            raise PolicyError(f"{where}: accumulate_fp32: expected a list of primitive names, got {_tname(acc_list)}")
+        for i, op in enumerate(acc_list):
+            field_name = f"accumulate_fp32[{i}]"
+            _check_op(op, where, field_name, known)
+            if ops.get(op) != "lower_precision":
+                raise PolicyError(f"{where}: {field_name}: expected a lower_precision primitive, got {op!r}")
+            accumulate.add(op)
+
     return OpPolicy(
         name=name.strip(),
         device_type=device_type,
@@ -356,6 +399,8 @@ def _load_file(path: Path, chain: tuple[Path, ...]) -> OpPolicy:
         description=" ".join(description.split()),
         extends=extends,
         uncast_if_mixed=frozenset(mixed),
+        framework=framework,
+        accumulate_fp32=frozenset(accumulate),
     )
 
 
@@ -391,7 +436,11 @@ def _check_op(op: Any, where: str, field_name: str, known: frozenset[str]) -> No
         )
 
 
-def _known_ops() -> frozenset[str]:
+def _known_ops(framework: str = "torch") -> frozenset[str]:
+    if framework == "jax":
+        from .jax.primitives import known_primitive_names  # lazy: imports jax
+
+        return known_primitive_names()
     from .torch_autocast import known_op_names  # lazy: torch_autocast imports this module
 
     return known_op_names()
@@ -415,9 +464,11 @@ def _tname(value: Any) -> str:
     return f"{type(value).__name__} {text}"
 
 
-def _digest_mapping(device_type: str, ops: Mapping[str, str], mixed: Iterable[str] = ()) -> str:
-    blob = json.dumps(
-        {"device_type": device_type, "ops": dict(sorted(ops.items())), "uncast_if_mixed": sorted(mixed)},
-        sort_keys=True,
-    )
+def _digest_mapping(device_type: str, ops: Mapping[str, str], mixed: Iterable[str] = (),
+                    framework: str = "torch", accumulate: Iterable[str] = ()) -> str:
+    doc: dict[str, Any] = {"device_type": device_type, "ops": dict(sorted(ops.items())),
+                           "uncast_if_mixed": sorted(mixed)}
+    if framework != "torch":  # torch digests stay what they were before JAX existed
+        doc |= {"framework": framework, "accumulate_fp32": sorted(accumulate)}
+    blob = json.dumps(doc, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()

@@ -38,16 +38,41 @@ def _time_matmul(dtype, device: str, n: int, reps: int) -> float:
     return best
 
 
-def probe(device: str, precisions: list[str]) -> dict[str, dict[str, Any]]:
-    """{precision: {accelerated, speedup_vs_fp32, note}} for ``device``."""
-    import torch
+def _time_matmul_jax(dtype: str, device: str, n: int, reps: int) -> float:
+    """The same measurement through XLA, which has its own CPU kernels (on an
+    AVX2 CPU it converts 16-bit operands to fp32 around an fp32 matmul)."""
+    import jax
+    import jax.numpy as jnp
 
-    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    dev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
+    key = jax.random.PRNGKey(0)
+    a = jax.device_put(jax.random.normal(key, (n, n)).astype(dtype), dev)
+    mm = jax.jit(lambda x, y: jnp.matmul(x, y, precision="highest"))
+    mm(a, a).block_until_ready()  # compile
+    best = float("inf")
+    for _ in range(reps):
+        start = time.perf_counter()
+        mm(a, a).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def probe(device: str, precisions: list[str], backend: str = "torch") -> dict[str, dict[str, Any]]:
+    """{precision: {accelerated, speedup_vs_fp32, note}} for ``device``, timed
+    through the framework that will train (``torch`` or ``jax``)."""
     n = _SIZES[device]
-    if device == "cuda":
-        # Plain fp32 is the reference; TF32 would blur the comparison.
-        torch.backends.cuda.matmul.allow_tf32 = False
-    base = _time_matmul(torch.float32, device, n, reps=20)
+    if backend == "jax":
+        dtypes: dict[str, Any] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+        timer = _time_matmul_jax
+    else:
+        import torch
+
+        dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+        timer = _time_matmul
+        if device == "cuda":
+            # Plain fp32 is the reference; TF32 would blur the comparison.
+            torch.backends.cuda.matmul.allow_tf32 = False
+    base = timer(dtypes["fp32"], device, n, reps=20)
     flops = 2.0 * n**3
     out: dict[str, dict[str, Any]] = {
         "fp32": {"accelerated": True, "speedup_vs_fp32": 1.0, "note": "reference precision",
@@ -58,14 +83,14 @@ def probe(device: str, precisions: list[str]) -> dict[str, dict[str, Any]]:
             continue
         try:
             # Slow paths are ~100x slower: a couple of repetitions is plenty.
-            t = _time_matmul(dtypes[precision], device, n, reps=3 if device == "cpu" else 10)
+            t = timer(dtypes[precision], device, n, reps=3 if device == "cpu" else 10)
             speedup = base / t
         except RuntimeError as exc:  # e.g. no kernel for this dtype on this device
             out[precision] = {"accelerated": False, "speedup_vs_fp32": None,
                               "note": f"{precision} not supported on {device}: {exc}"}
             continue
         accelerated = speedup >= SPEEDUP_THRESHOLD
-        verdict = "accelerated" if accelerated else f"not accelerated on {device}"
+        verdict = "accelerated" if accelerated else f"not accelerated on {device} ({backend})"
         out[precision] = {
             "accelerated": accelerated,
             "speedup_vs_fp32": round(speedup, 4),

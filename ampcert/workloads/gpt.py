@@ -317,6 +317,13 @@ class GPTWorkload:
         else:
             text.check_stdlib(params.seq_len, params.max_bytes)
 
+    def build_jax(self, params, seed: int, device: str):
+        """The same task for the JAX backend: built in torch with this seed, then
+        converted (weights, data, optimizer; see ampcert.workloads.jax_models)."""
+        from ampcert.workloads.jax_models import gpt_from_torch
+
+        return gpt_from_torch(self.build(params, seed, "cpu"))
+
     def default_budget(self, params: GPTParams) -> Budget:
         """The size's target (bits/byte on the default corpus; on your own
         text give the suite a ``train:`` budget instead) with ``max_steps``."""

@@ -326,6 +326,13 @@ class ResNetWorkload:
             data_info=info,
         )
 
+    def build_jax(self, params, seed: int, device: str):
+        """The same task for the JAX backend: built in torch with this seed, then
+        converted (weights, data, optimizer; see ampcert.workloads.jax_models)."""
+        from ampcert.workloads.jax_models import resnet_from_torch
+
+        return resnet_from_torch(self.build(params, seed, "cpu"))
+
     def default_budget(self, params: ResNetParams) -> Budget:
         return Budget(target=params.target, max_steps=params.max_steps,  # type: ignore[arg-type]
                       eval_every=params.eval_every)  # type: ignore[arg-type]

@@ -1,0 +1,309 @@
+"""The JAX training loop: one RunSpec in, the measured run out, like the torch backend.
+
+Precision, applied here and only here:
+
+- fp32: the workload's loss as written;
+- bf16: ``ampcert.amp.jax.autocast(loss, policy, bfloat16)``;
+- fp16: the same with float16, plus :class:`~ampcert.amp.jax.DynamicLossScale`:
+  the loss is scaled, gradients unscaled in fp32, and a step with non-finite
+  gradients is skipped with ``select_tree`` inside the jitted step (no host
+  round-trip), the scale backing off as torch's GradScaler's would.
+
+JAX has no autocast of its own, so ``amp: native`` does not exist here; the
+harness refuses it at planning time.
+
+The workload comes from :mod:`ampcert.workloads.jax_models`: the torch task
+is built with the run's seed and converted (same weights, data, optimizer
+settings), and batches are drawn in the torch backend's order and augmented
+by the torch task's own augmentation, so a JAX run and a torch run of one
+seed see the same examples in the same order. The learning rate of step k
+is ``base_lr * lr_lambda(k - 1)``, torch LambdaLR's, including on skipped
+steps (LambdaLR advances on every step).
+
+Timing: each step is blocked until its results are ready and timed with
+perf_counter (dispatch, compute and the wait). The first step, which traces
+and compiles, is timed apart as ``compile_s`` and not counted as training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ampcert import mllog
+from ampcert.spec import RunSpec
+
+DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def _configure_xla(device: str) -> dict[str, Any]:
+    """Deterministic XLA before JAX starts its backend (flags are read once)."""
+    if device == "cuda":
+        flags = os.environ.get("XLA_FLAGS", "")
+        if "--xla_gpu_deterministic_ops" not in flags:
+            os.environ["XLA_FLAGS"] = (flags + " --xla_gpu_deterministic_ops=true").strip()
+    else:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    return {"xla_flags": os.environ.get("XLA_FLAGS", ""), "jax_platforms": os.environ.get("JAX_PLATFORMS")}
+
+
+def params_digest(params: dict[str, Any]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(params):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(np.asarray(params[name])).tobytes())
+    return h.hexdigest()
+
+
+def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """Train one run and return the RunResult fields it measured."""
+    progress = progress or (lambda _: None)
+    t_other = time.perf_counter()
+    xla = _configure_xla(spec.device)
+
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from ampcert.amp.jax import DynamicLossScale, all_finite, autocast, jax_policy, select_tree
+    from ampcert.backends.torch_backend import RunFailed, _batches, seed_everything, step_time_stats
+    from ampcert.workloads import registry
+
+    out: dict[str, Any] = {}
+    device = spec.device
+    log.start(mllog.INIT_START)
+    determinism = seed_everything(spec.seed, "cpu")  # the torch twin builds the initial weights
+    determinism.update(xla, jax=jax.__version__, jax_backend=jax.default_backend())
+    out["determinism"] = determinism
+    workload = registry.get(spec.workload)
+    build_jax = getattr(workload, "build_jax", None)
+    if build_jax is None:
+        raise RunFailed(f"workload {spec.workload!r} has no JAX version (no build_jax)")
+    params_model = workload.Params.model_validate(spec.params)
+    out["metric"], out["higher_is_better"] = workload.metric, workload.higher_is_better
+
+    t_build = time.perf_counter()
+    task = build_jax(params_model, spec.seed, device)
+    tt = task.torch_task
+    jdev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
+    params = jax.device_put(task.params, jdev)
+    state = jax.device_put(task.state, jdev)
+    opt_state = task.optimizer.init(params)
+    train_x, train_y = tt.train_x.cpu(), tt.train_y.cpu()
+    eval_x, eval_y = tt.eval_x.cpu().numpy(), tt.eval_y.cpu().numpy()
+    build_s = time.perf_counter() - t_build
+
+    low = DTYPE_NAMES.get(spec.precision)
+    policy = None
+    loss_of = _loss_of(task)
+    predict_fn = lambda p, s, x: task.apply(p, s, x, False)[0]  # noqa: E731
+    if low is not None:
+        policy = jax_policy(spec.policy)
+        loss_of = autocast(loss_of, policy, jnp.dtype(low))
+        predict_fn = autocast(predict_fn, policy, jnp.dtype(low))
+        out["policy"] = {"name": policy.name, "sha256": policy.sha256,
+                         "effective_sha256": policy.effective_sha256, "source": str(policy.source)}
+    else:
+        out["policy"] = {"name": "none (fp32)"}
+    use_scale = spec.precision == "fp16"
+    loss_scale = DynamicLossScale() if use_scale else None
+
+    budget = spec.train
+    limit = budget.step_limit
+    lr_lambda = tt.lr_lambda or (lambda _: 1.0)
+    lr_table = np.asarray([task.base_lr * lr_lambda(k) for k in range(limit)], np.float32)
+
+    def step_fn(params, opt_state, state, scale, lr, x, y):
+        def objective(p):
+            loss, new_state = loss_of(p, state, x, y)
+            return (scale.scale(loss) if scale is not None else loss), (loss, new_state)
+
+        grads, (loss, new_state) = jax.grad(objective, has_aux=True)(params)
+        if scale is not None:
+            grads = scale.unscale(grads)
+        updates, new_opt = task.optimizer.update(grads, opt_state, params)
+        updates = jax.tree_util.tree_map(lambda u: u * lr, updates)
+        new_params = optax.apply_updates(params, updates)
+        if scale is None:
+            return new_params, new_opt, new_state, None, loss, None
+        finite = all_finite(grads)
+        new_params, new_opt = select_tree(finite, (new_params, new_opt), (params, opt_state))
+        return new_params, new_opt, new_state, scale.adjust(finite), loss, finite
+
+    # Donating the old parameters and optimizer state lets XLA update in place
+    # (CPU XLA ignores donation, with a warning, so only on GPU).
+    step_jit = jax.jit(step_fn, donate_argnums=(0, 1, 2) if device == "cuda" else ())
+    predict = jax.jit(predict_fn)
+
+    eval_key = "eval_accuracy" if workload.metric == "accuracy" else f"eval_{workload.metric}"
+    for key, value in [
+        (mllog.SUBMISSION_BENCHMARK, spec.label), (mllog.SEED, spec.seed),
+        (mllog.GLOBAL_BATCH_SIZE, tt.batch_size), (mllog.PRECISION, spec.precision),
+        (mllog.AMP_IMPL, spec.amp), (mllog.AMP_POLICY, out["policy"]["name"]),
+        (mllog.TRAIN_SAMPLES, len(train_x)), (mllog.EVAL_SAMPLES, len(eval_x)),
+        ("max_steps", limit), ("target", budget.target), ("backend", "jax"),
+    ]:
+        log.event(key, value)
+    log.end(mllog.INIT_STOP)
+
+    durations: list[float] = []
+    losses: list[float] = []
+    scales: list[float] = []
+    skipped: list[int] = []
+    evals: list[dict[str, Any]] = []
+    batches = _batches(len(train_x), tt.batch_size, spec.seed)
+    train_s = eval_s = data_s = 0.0
+    compile_s: float | None = None
+    reached_at: dict[str, Any] | None = None
+
+    log.start(mllog.RUN_START)
+    run_start = time.perf_counter()
+    step = 0
+    while step < limit:
+        window = min(budget.eval_every, limit - step)
+        log.start(mllog.BLOCK_START, metadata={"first_step": step + 1, "step_count": window})
+        window_losses: list[Any] = []
+        window_scale: list[tuple[Any, Any]] = []
+        for _ in range(window):
+            step += 1
+            t0 = time.perf_counter()
+            idx = next(batches)
+            x, y = train_x[idx], train_y[idx]
+            if tt.augment is not None:
+                x, y = tt.augment(x, y, step)
+            x, y = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
+            t_data = time.perf_counter()
+            data_s += t_data - t0
+            params, opt_state, state, loss_scale, loss, finite_grads = step_jit(
+                params, opt_state, state, loss_scale, lr_table[step - 1], x, y)
+            jax.block_until_ready((params, loss))
+            elapsed = time.perf_counter() - t0
+            if compile_s is None:
+                compile_s = elapsed  # trace + compile + the first step
+            else:
+                durations.append(elapsed)
+                train_s += elapsed
+            window_losses.append(loss)
+            if loss_scale is not None:
+                window_scale.append((loss_scale.loss_scale, finite_grads))
+        log.end(mllog.BLOCK_STOP, metadata={"first_step": step - window + 1, "step_count": window})
+        values = [float(v) for v in window_losses]
+        losses.extend(values)
+        for i, (scale_after, finite_grads) in enumerate(window_scale):
+            scales.append(float(scale_after))
+            if not bool(finite_grads):
+                skipped.append(step - window + 1 + i)
+        finite = [math.isfinite(v) for v in values]
+        if loss_scale is None and not all(finite):
+            bad = step - window + 1 + finite.index(False)
+            raise RunFailed(f"non-finite loss at step {bad} ({spec.precision}, no loss scaling)")
+        if loss_scale is not None and not any(finite):
+            raise RunFailed(f"loss non-finite for all {window} steps up to step {step} despite loss scaling")
+
+        t_eval = time.perf_counter()
+        log.start(mllog.EVAL_START, metadata={"step": step})
+        value = float(task.evaluate(lambda xb: predict(params, state, jnp.asarray(xb)), eval_x, eval_y))
+        eval_s += time.perf_counter() - t_eval
+        samples = step * tt.batch_size
+        log.event(eval_key, value, {"step": step, "samples": samples})
+        log.end(mllog.EVAL_STOP, metadata={"step": step})
+        evals.append({"step": step, "samples": samples, "train_time_s": train_s, "value": value})
+        if loss_scale is not None:
+            log.event(mllog.LOSS_SCALE, scales[-1] if scales else None, {"step": step})
+            log.event(mllog.SKIPPED_STEPS, len(skipped), {"step": step})
+        if not math.isfinite(value):
+            raise RunFailed(f"eval {workload.metric} is {value} at step {step}")
+        ok = [v for v in values if math.isfinite(v)]
+        progress({"step": step, "limit": limit, "metric": value,
+                  "loss": sum(ok) / len(ok) if ok else float("nan")})
+        if budget.target is not None and reached_at is None:
+            hit = value >= budget.target if workload.higher_is_better else value <= budget.target
+            if hit:
+                reached_at = {"steps_to_target": step, "samples_to_target": samples,
+                              "time_to_target_s": time.perf_counter() - run_start}
+                break
+
+    log.end(mllog.RUN_STOP, metadata={"status": "success"})
+    t_tail = time.perf_counter()
+    timed_steps = len(durations)
+    flops_per_step = _step_flops(step_jit, params, opt_state, state, loss_scale, lr_table[0], x, y)
+    out.update(
+        steps=step,
+        train_samples=step * tt.batch_size,
+        loss=[v if math.isfinite(v) else None for v in losses],
+        evals=evals,
+        final_metric=evals[-1]["value"],
+        target=budget.target,
+        samples_per_s=(timed_steps * tt.batch_size) / train_s if train_s > 0 else None,
+        flops_per_step=flops_per_step,
+        achieved_flops=flops_per_step * timed_steps / train_s if flops_per_step and train_s > 0 else None,
+        data_time_s=data_s,
+        data_share=data_s / (train_s + (compile_s or 0.0)) if train_s > 0 else None,
+        data_info=tt.data_info or None,
+        step_time=step_time_stats(durations, "perf_counter around each step, blocked until ready "
+                                             "(the first, compiling step excluded)"),
+        peak_memory=_peak_memory(jdev),
+        weights_sha256=params_digest(params),
+    )
+    if spec.peak_flops:
+        out["peak_flops"] = {"value": spec.peak_flops, "unit": "FLOP/s", "method": spec.peak_source}
+        if out["achieved_flops"]:
+            out["mfu"] = out["achieved_flops"] / spec.peak_flops
+    if budget.target is not None:
+        out["target_reached"] = reached_at is not None
+        out.update(reached_at or {})
+    if loss_scale is not None:
+        out["loss_scale"], out["skipped_steps"] = scales, skipped
+    other_s = (t_build - t_other) + (time.perf_counter() - t_tail)
+    out["phases_partial"] = {"build_s": build_s + (compile_s or 0.0), "train_s": train_s,
+                             "eval_s": eval_s, "other_s": other_s}
+    out["environment"] = {
+        "jax": jax.__version__, "jax_backend": jax.default_backend(),
+        "device_name": jdev.device_kind, "data": tt.data_note,
+        "compile_s": compile_s,
+        "policy_rewrite": loss_of.report(params, state, x, y).as_dict() if policy is not None else None,
+    }
+    return out
+
+
+def _loss_of(task):
+    def loss_of(params, state, x, y):
+        logits, new_state = task.apply(params, state, x, True)
+        return task.loss_fn(logits, y), new_state
+
+    return loss_of
+
+
+def _step_flops(step_jit, *args) -> float | None:
+    """FLOPs of one compiled training step, from XLA's cost analysis."""
+    try:
+        cost = step_jit.lower(*args).compile().cost_analysis()
+    except Exception:  # noqa: BLE001 - a backend without cost analysis must not fail the run
+        return None
+    if isinstance(cost, list):
+        cost = cost[0] if cost else {}
+    flops = (cost or {}).get("flops")
+    return float(flops) if flops and flops > 0 else None
+
+
+def _peak_memory(jdev) -> dict[str, Any]:
+    stats = None
+    try:
+        stats = jdev.memory_stats()
+    except Exception:  # noqa: BLE001
+        stats = None
+    if stats and "peak_bytes_in_use" in stats:
+        return {"value": float(stats["peak_bytes_in_use"]), "unit": "bytes",
+                "method": f"JAX device memory_stats peak_bytes_in_use ({jdev.device_kind})"}
+    import resource
+    import sys
+
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"value": float(kib * (1 if sys.platform == "darwin" else 1024)), "unit": "bytes",
+            "method": "peak RSS of the worker process (getrusage ru_maxrss; includes the framework itself)"}
