@@ -27,6 +27,7 @@ and compiles, is timed apart as ``compile_s`` and not counted as training.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -208,7 +209,7 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
 
         t_eval = time.perf_counter()
         log.start(mllog.EVAL_START, metadata={"step": step})
-        value = float(task.evaluate(lambda xb: predict(params, state, jnp.asarray(xb)), eval_x, eval_y))
+        value = float(task.evaluate(functools.partial(_predict_host, predict, params, state), eval_x, eval_y))
         eval_s += time.perf_counter() - t_eval
         samples = step * tt.batch_size
         log.event(eval_key, value, {"step": step, "samples": samples})
@@ -270,6 +271,12 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
         "policy_rewrite": loss_of.report(params, state, x, y).as_dict() if policy is not None else None,
     }
     return out
+
+
+def _predict_host(predict, params, state, xb):
+    import jax.numpy as jnp
+
+    return predict(params, state, jnp.asarray(xb))
 
 
 def _loss_of(task):

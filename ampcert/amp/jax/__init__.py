@@ -19,7 +19,13 @@
 Nothing in this package imports the rest of ampcert (only ampcert.amp.policy).
 """
 
-from ampcert.amp.jax.autocast import AutocastFunction, RewriteReport, autocast, iter_eqns, jax_policy
+from ampcert.amp.jax.autocast import (
+           AutocastFunction,
+           RewriteReport,
+           autocast,
+           iter_eqns,
+           jax_policy,
+)
 from ampcert.amp.jax.loss_scale import DynamicLossScale, all_finite, select_tree
 
 __all__ = ["AutocastFunction", "DynamicLossScale", "RewriteReport", "all_finite", "autocast",

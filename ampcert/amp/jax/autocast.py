@@ -131,9 +131,18 @@ def _aval_spec(aval) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=getattr(aval, "weak_type", False))
 
 
-def _spec_of(x: Any) -> jax.ShapeDtypeStruct:
+def _spec_of(x: Any, weak: bool | None = None) -> jax.ShapeDtypeStruct:
     aval = jax.typeof(x) if hasattr(jax, "typeof") else jax.core.get_aval(x)
-    return _aval_spec(aval)
+    spec = _aval_spec(aval)
+    if weak is not None and weak != spec.weak_type:
+        spec = jax.ShapeDtypeStruct(spec.shape, spec.dtype, weak_type=weak)
+    return spec
+
+
+# Primitives that only move or re-type data: a value made from scalar
+# constants through these is still "a constant the programmer wrote".
+_CONSTANT_PRESERVING = frozenset({"broadcast_in_dim", "reshape", "convert_element_type", "squeeze",
+                                  "expand_dims", "transpose", "copy"})
 
 
 # --------------------------------------------------------------------------- the rewriter
@@ -147,27 +156,45 @@ class _Rewriter:
 
     # -- jaxprs -----------------------------------------------------------------
     def eval(self, jaxpr: Jaxpr, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
+        """Evaluate ``jaxpr`` binding each primitive with the policy's dtypes.
+
+        Alongside the values it tracks which ones are weak: Python-scalar
+        literals, weak-typed inputs, and values made only from those by
+        broadcasting or re-typing. jax.numpy turns ``x * 2.0`` into
+        ``mul x 2.0:f32[]`` (a strong fp32 literal) and ``where(m, x, -inf)``
+        into a broadcast fp32 array, so without this every scalar written in
+        a program would drag a bf16 value back to fp32."""
         env: dict[Any, Any] = {}
+        weak: set[Any] = {v for v in jaxpr.invars if getattr(v.aval, "weak_type", False)}
 
         def read(v):
             return v.val if isinstance(v, Literal) else env[v]
 
-        for v, c in zip(jaxpr.constvars, consts):
+        def is_weak(v):
+            if isinstance(v, Literal):
+                return v.aval.shape == () or getattr(v.aval, "weak_type", False)
+            return v in weak
+
+        for v, c in zip(jaxpr.constvars, consts, strict=True):
             env[v] = c
-        for v, a in zip(jaxpr.invars, args):
+        for v, a in zip(jaxpr.invars, args, strict=True):
             env[v] = a
         for eqn in jaxpr.eqns:
-            outs = self.eqn(eqn, [read(v) for v in eqn.invars])
-            for v, o in zip(eqn.outvars, outs):
+            weak_in = [is_weak(v) for v in eqn.invars]
+            outs = self.eqn(eqn, [read(v) for v in eqn.invars], weak_in)
+            constant = eqn.primitive.name in _CONSTANT_PRESERVING and weak_in and all(weak_in)
+            for v, o in zip(eqn.outvars, outs, strict=True):
                 env[v] = o
+                if constant:
+                    weak.add(v)
         return [read(v) for v in jaxpr.outvars]
 
     def eval_same_signature(self, closed: ClosedJaxpr, args: Sequence[Any]) -> list[Any]:
         """Evaluate with the policy inside, but with ``closed``'s own input and
         output dtypes at the boundary (loop carries, branches, custom rules)."""
-        args = [_cast(a, av.dtype) if _is_float(av.dtype) else a for a, av in zip(args, closed.in_avals)]
+        args = [_cast(a, av.dtype) if _is_float(av.dtype) else a for a, av in zip(args, closed.in_avals, strict=True)]
         outs = self.eval(closed.jaxpr, closed.consts, args)
-        return [_cast(o, av.dtype) if _is_float(av.dtype) else o for o, av in zip(outs, closed.out_avals)]
+        return [_cast(o, av.dtype) if _is_float(av.dtype) else o for o, av in zip(outs, closed.out_avals, strict=True)]
 
     def retrace(self, closed: ClosedJaxpr, specs: Sequence[jax.ShapeDtypeStruct] | None = None) -> ClosedJaxpr:
         """``closed`` rewritten as a new jaxpr: for ``specs`` (outputs follow),
@@ -180,18 +207,19 @@ class _Rewriter:
         return jax.make_jaxpr(lambda *a: fn(list(a)))(*specs)
 
     # -- one equation -----------------------------------------------------------
-    def eqn(self, eqn, invals: list[Any]) -> list[Any]:
+    def eqn(self, eqn, invals: list[Any], weak_in: list[bool] | None = None) -> list[Any]:
         prim = eqn.primitive
         name = prim.name
+        weak_in = weak_in if weak_in is not None else [False] * len(invals)
         handler = self._regions.get(name)
         if handler is not None:
-            outs = handler(self, eqn, invals)
+            outs = handler(self, eqn, invals, weak_in)
         elif any(True for _ in jaxprs_in_params(eqn.params)):
             # Unknown higher-order primitive: run it as traced, in its own dtypes.
             self.report.not_rewritten.append(name)
             outs = self._bind(eqn, self._original_dtypes(eqn, invals))
         else:
-            outs = self._first_order(eqn, invals)
+            outs = self._first_order(eqn, invals, weak_in)
         return list(outs) if prim.multiple_results else [outs]
 
     def _bind(self, eqn, invals, params: dict | None = None):
@@ -203,9 +231,9 @@ class _Rewriter:
 
     @staticmethod
     def _original_dtypes(eqn, invals):
-        return [_cast(x, v.aval.dtype) if _is_float(v.aval.dtype) else x for x, v in zip(invals, eqn.invars)]
+        return [_cast(x, v.aval.dtype) if _is_float(v.aval.dtype) else x for x, v in zip(invals, eqn.invars, strict=True)]
 
-    def _first_order(self, eqn, invals):
+    def _first_order(self, eqn, invals, weak_in):
         name = eqn.primitive.name
         family = self.policy.family(name)
         dts = [_dtype(x) for x in invals]
@@ -214,20 +242,20 @@ class _Rewriter:
         if family == "lower_precision":
             if any(d in _CASTABLE for d in dts) and not any(d == np.float64 for d in dts):
                 self.report.cast["lower_precision"] += 1
-                low = [_cast(x, self.low) if d in _CASTABLE else x for x, d in zip(invals, dts)]
+                low = [_cast(x, self.low) if d in _CASTABLE else x for x, d in zip(invals, dts, strict=True)]
                 return self._lower_precision(eqn, low)
             return self._bind(eqn, invals)
         if family == "fp32":
             if any(d in _CASTABLE and d != _F32 for d in dts):
                 self.report.cast["fp32"] += 1
-                invals = [_cast(x, _F32) if d in _CASTABLE else x for x, d in zip(invals, dts)]
+                invals = [_cast(x, _F32) if d in _CASTABLE else x for x, d in zip(invals, dts, strict=True)]
             return self._bind(eqn, invals)
         floats = [d for d in dts if _is_float(d)]
         mixed = len(set(floats)) > 1
         if family == "promote" or (mixed and name in P.SAME_DTYPE):
             if mixed:
                 self.report.cast["promote"] += 1
-                invals = self._unify(eqn, invals, dts)
+                invals = self._unify(invals, dts, weak_in)
             return self._bind(eqn, invals)
         try:
             return self._bind(eqn, invals)
@@ -236,13 +264,13 @@ class _Rewriter:
                 raise
             # A primitive that needs equal dtypes and is not in SAME_DTYPE yet.
             self.report.cast["promote"] += 1
-            return self._bind(eqn, self._unify(eqn, invals, dts))
+            return self._bind(eqn, self._unify(invals, dts, weak_in))
 
     @staticmethod
-    def _unify(eqn, invals, dts):
-        strong = [d for d, v in zip(dts, eqn.invars) if _is_float(d) and not getattr(v.aval, "weak_type", False)]
+    def _unify(invals, dts, weak_in):
+        strong = [d for d, w in zip(dts, weak_in, strict=True) if _is_float(d) and not w]
         target = _widest(strong or [d for d in dts if _is_float(d)])
-        return [_cast(x, target) if _is_float(d) else x for x, d in zip(invals, dts)]
+        return [_cast(x, target) if _is_float(d) else x for x, d in zip(invals, dts, strict=True)]
 
     def _lower_precision(self, eqn, low_invals):
         params = dict(eqn.params)
@@ -254,13 +282,13 @@ class _Rewriter:
         return _accumulating_product(eqn.primitive, params, self.low)(*low_invals)
 
     # -- regions ----------------------------------------------------------------
-    def _jit(self, eqn, invals):
+    def _jit(self, eqn, invals, weak_in):
         self.report.regions["jit"] += 1
         key = "jaxpr" if "jaxpr" in eqn.params else "call_jaxpr"
-        new = self.retrace(eqn.params[key], [_spec_of(x) for x in invals])
+        new = self.retrace(eqn.params[key], [_spec_of(x, w) for x, w in zip(invals, weak_in, strict=True)])
         return self._bind(eqn, invals, {**eqn.params, key: new})
 
-    def _remat(self, eqn, invals):
+    def _remat(self, eqn, invals, weak_in):
         self.report.regions["remat"] += 1
         params = eqn.params
         closed = ClosedJaxpr(params["jaxpr"], ())
@@ -276,7 +304,7 @@ class _Rewriter:
                             policy=params.get("policy"))
         return fn(*invals)
 
-    def _scan(self, eqn, invals):
+    def _scan(self, eqn, invals, weak_in):
         self.report.regions["scan"] += 1
         p = eqn.params
         closed, nc, ncarry = p["jaxpr"], p["num_consts"], p["num_carry"]
@@ -292,7 +320,7 @@ class _Rewriter:
                              unroll=p["unroll"], **extra)
         return [*carry, *ys]
 
-    def _while(self, eqn, invals):
+    def _while(self, eqn, invals, weak_in):
         self.report.regions["while"] += 1
         p = eqn.params
         invals = self._original_dtypes(eqn, invals)
@@ -307,7 +335,7 @@ class _Rewriter:
 
         return lax.while_loop(cond_fun, body_fun, list(init))
 
-    def _cond(self, eqn, invals):
+    def _cond(self, eqn, invals, weak_in):
         self.report.regions["cond"] += 1
         index, *ops = self._original_dtypes(eqn, invals)
         branches = [functools.partial(self._branch, b) for b in eqn.params["branches"]]
@@ -316,7 +344,7 @@ class _Rewriter:
     def _branch(self, closed, *ops):
         return self.eval_same_signature(closed, list(ops))
 
-    def _custom_jvp(self, eqn, invals):
+    def _custom_jvp(self, eqn, invals, weak_in):
         self.report.regions["custom_jvp"] += 1
         p = eqn.params
         jvp_fun = p["jvp_jaxpr_fun"]
@@ -331,7 +359,7 @@ class _Rewriter:
                       "jvp_jaxpr_fun": lu.wrap_init(rewritten_jvp, debug_info=jvp_fun.debug_info)}
         return self._bind(eqn, self._original_dtypes(eqn, invals), new_params)
 
-    def _custom_vjp(self, eqn, invals):
+    def _custom_vjp(self, eqn, invals, weak_in):
         self.report.regions["custom_vjp"] += 1
         p = eqn.params
         fwd_thunk = p["fwd_jaxpr_thunk"]
@@ -410,9 +438,9 @@ class AutocastFunction:
     def _entry(self, args, kwargs) -> tuple[_Entry, list[Any]]:
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
         dynamic = [_is_dynamic(x) for x in leaves]
-        dyn = [x for x, d in zip(leaves, dynamic) if d]
+        dyn = [x for x, d in zip(leaves, dynamic, strict=True) if d]
         specs = [_spec_of(x) for x in dyn]
-        static = tuple(x for x, d in zip(leaves, dynamic) if not d)
+        static = tuple(x for x, d in zip(leaves, dynamic, strict=True) if not d)
         key = (treedef, tuple(dynamic), static,
                tuple((s.shape, s.dtype, s.weak_type) for s in specs))
         entry = self._cache.get(key)
@@ -421,7 +449,7 @@ class AutocastFunction:
 
         def flat_fn(*dyn_vals):
             it = iter(dyn_vals)
-            full = [next(it) if d else x for x, d in zip(leaves, dynamic)]
+            full = [next(it) if d else x for x, d in zip(leaves, dynamic, strict=True)]
             a, kw = jax.tree_util.tree_unflatten(treedef, full)
             return self.fn(*a, **kw)
 
