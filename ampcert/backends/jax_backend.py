@@ -63,10 +63,26 @@ def params_digest(params: dict[str, Any]) -> str:
 
 
 def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
-    """Train one run and return the RunResult fields it measured."""
+    """Train one run and return the RunResult fields it measured (telemetry
+    as in the torch backend: ``out["telemetry"]`` and ``out["telemetry_series"]``)."""
+    from ampcert.telemetry import Telemetry, ensure_pci_bus_order, jax_memory
+
+    xla = _configure_xla(spec.device)
+    cuda = spec.device == "cuda"
+    if cuda:
+        ensure_pci_bus_order()  # before JAX starts CUDA, so its ordinals are NVML's
+    tel = Telemetry.start(spec.device, spec.telemetry_rate_hz, gpus=[0] if cuda else None,
+                          framework_memory=jax_memory if cuda else None)
+    try:
+        return _train(spec, log, progress, tel, xla)
+    finally:
+        tel.close()
+
+
+def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None,
+           tel, xla: dict[str, Any]) -> dict[str, Any]:
     progress = progress or (lambda _: None)
     t_other = time.perf_counter()
-    xla = _configure_xla(spec.device)
 
     import jax
     import jax.numpy as jnp
@@ -169,6 +185,7 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
     while step < limit:
         window = min(budget.eval_every, limit - step)
         log.start(mllog.BLOCK_START, metadata={"first_step": step + 1, "step_count": window})
+        tel.phase("train")
         window_losses: list[Any] = []
         window_scale: list[tuple[Any, Any]] = []
         for _ in range(window):
@@ -207,6 +224,7 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
         if loss_scale is not None and not any(finite):
             raise RunFailed(f"loss non-finite for all {window} steps up to step {step} despite loss scaling")
 
+        tel.phase("eval")
         t_eval = time.perf_counter()
         log.start(mllog.EVAL_START, metadata={"step": step})
         value = float(task.evaluate(functools.partial(_predict_host, predict, params, state), eval_x, eval_y))
@@ -230,6 +248,11 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
                               "time_to_target_s": time.perf_counter() - run_start}
                 break
 
+    out["telemetry"] = tel.stop(train_samples=step * tt.batch_size)
+    out["telemetry_series"] = tel
+    energy = out["telemetry"]["energy"]
+    log.event(mllog.ENERGY_J, energy["train_j"], {"phase": "train", "scope": energy["scope"],
+                                                  "method": energy["method"] or energy["reason"]})
     log.end(mllog.RUN_STOP, metadata={"status": "success"})
     t_tail = time.perf_counter()
     timed_steps = len(durations)

@@ -73,6 +73,10 @@ def test_low_precision_runs_record_policy_rewrite_and_loss_scale(tmp_path, write
         assert r["amp_policy"]["name"] == "jax" and len(r["amp_policy"]["sha256"]) == 64
         rewrite = r["environment"]["policy_rewrite"]
         assert rewrite["cast"]["lower_precision"] > 0 and rewrite["not_rewritten"] == []
+        tel = r["telemetry"]  # the same sampler as the torch backend
+        assert tel["peak_memory"]["host.rss_bytes"]["value"] > 0 and tel["phases_s"]["train"] > 0
+        assert tel["gpu"]["statement"].startswith("GPU telemetry unavailable")
+        assert (out / "runs" / r["run_id"] / "telemetry.csv").is_file()
         if key.endswith("fp16"):
             assert len(r["loss_scale"]) == 12 and r["skipped_steps"] is not None
         else:
