@@ -36,6 +36,7 @@ AMP_IMPL = "amp_impl"
 AMP_POLICY = "amp_policy"
 LOSS_SCALE = "loss_scale"
 SKIPPED_STEPS = "skipped_steps"
+ENERGY_J = "energy_j"
 
 
 def _jsonable(value: Any) -> Any:

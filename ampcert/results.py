@@ -8,6 +8,7 @@ One invocation of ``ampcert run`` owns one folder::
       runs/<run_id>/
         result.json       RunResult, written atomically once the run ends
         run.mllog         MLPerf-style event log, appended while the run trains
+        telemetry.csv     power/memory/utilisation samples (ampcert.telemetry)
       summary.json        per-run table, re-derivable from the results
       summary.html
 
@@ -112,6 +113,9 @@ class RunResult(_Model):
     evals: list[EvalPoint] = Field(default_factory=list)
     step_time: StepTimes | None = None
     peak_memory: Measured | None = None
+    telemetry: dict[str, Any] | None = Field(
+        default=None, description="ampcert.telemetry summary: energy per phase and per training sample, "
+        "power, peak memory per source, sampling rate, method per device; null values carry reasons")
     loss_scale: list[float] | None = Field(default=None, description="scale after each step's update (fp16)")
     skipped_steps: list[int] | None = Field(default=None, description="steps whose optimizer update was skipped")
     accelerated: bool = True
@@ -188,6 +192,9 @@ class ResultsDir:
     def mllog_file(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "run.mllog"
 
+    def telemetry_file(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "telemetry.csv"
+
     def read_plan(self) -> dict[str, Any]:
         if not self.plan_file.exists():
             raise UserError(f"{self.root}: not an ampcert results folder (no plan.json)")
@@ -251,12 +258,19 @@ class ResultSet:
                     "data_share": r.data_share,
                     "step_ms_p50": r.step_time.p50_ms if r.step_time else None,
                     "peak_memory_bytes": r.peak_memory.value if r.peak_memory else None,
+                    "energy_train_j": _energy(r, "train_j"),
+                    "j_per_sample": _energy(r, "train_j_per_sample"),
                     "skipped_steps": len(r.skipped_steps) if r.skipped_steps is not None else None,
                     "accelerated": r.accelerated,
                     "wall_s": r.wall_s,
                 }
             )
         return pd.DataFrame(rows)
+
+
+def _energy(r: RunResult, key: str) -> float | None:
+    energy = (r.telemetry or {}).get("energy") or {}
+    return energy.get(key)
 
 
 def load(root: str | Path) -> ResultSet:

@@ -64,6 +64,13 @@ class TrainBudget(_Strict):
         return self.steps if self.steps is not None else self.max_steps  # type: ignore[return-value]
 
 
+class TelemetryConfig(_Strict):
+    """How the telemetry sampler runs. Not part of a run's identity: the
+    sampling rate changes how a run is observed, not what it computes."""
+
+    rate_hz: float = Field(default=10.0, gt=0, le=1000)
+
+
 class WorkloadEntry(_Strict):
     workload: str = Field(min_length=1)
     id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -92,6 +99,7 @@ class Suite(_Strict):
     timeout_s: PositiveInt = 900
     unaccelerated: Unaccelerated = "run"
     unaccelerated_max_steps: PositiveInt | None = None
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     workloads: list[WorkloadEntry] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -135,6 +143,8 @@ class RunSpec(_Strict):
     skip_reason: str | None = None
     peak_flops: float | None = None
     peak_source: str = ""
+    # Observation only, so left out of identity() like the timeout.
+    telemetry_rate_hz: float = Field(default=10.0, gt=0, le=1000)
 
     def identity(self) -> dict[str, Any]:
         """The fields that decide what a run computes; its id hashes these.
@@ -280,6 +290,7 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"]) -> list[RunSpec]:
                         train=budget,
                         timeout_s=entry.timeout_s or suite.timeout_s,
                         policy_sha256=policy_sha256,
+                        telemetry_rate_hz=suite.telemetry.rate_hz,
                     )
                 )
     return runs

@@ -32,6 +32,7 @@ import torch
 
 from ampcert import mllog
 from ampcert.spec import RunSpec
+from ampcert.telemetry import Telemetry, ensure_pci_bus_order, torch_cuda_gpu_ref, torch_cuda_memory
 from ampcert.workloads import registry
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -167,7 +168,25 @@ def _sync(device: str) -> None:
 
 
 def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
-    """Train one run and return the RunResult fields it measured."""
+    """Train one run and return the RunResult fields it measured.
+
+    Telemetry samples the whole run (phases init, train, eval); its summary is
+    ``out["telemetry"]`` and the sampler itself ``out["telemetry_series"]``,
+    whose ``write_series(path)`` the worker calls."""
+    cuda = spec.device == "cuda"
+    if cuda:
+        ensure_pci_bus_order()  # before CUDA starts in this process, so torch and NVML agree
+    tel = Telemetry.start(spec.device, spec.telemetry_rate_hz,
+                          gpus=[torch_cuda_gpu_ref()] if cuda else None,
+                          framework_memory=torch_cuda_memory if cuda else None)
+    try:
+        return _train(spec, log, progress, tel)
+    finally:
+        tel.close()  # a failed run stops the sampler too
+
+
+def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None,
+           tel: Telemetry) -> dict[str, Any]:
     progress = progress or (lambda _: None)
     out: dict[str, Any] = {}
     t_other = time.perf_counter()
@@ -223,6 +242,7 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
     while step < limit:
         window = min(budget.eval_every, limit - step)
         log.start(mllog.BLOCK_START, metadata={"first_step": step + 1, "step_count": window})
+        tel.phase("train")
         t_window = time.perf_counter()
         for _ in range(window):
             step += 1
@@ -268,6 +288,7 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
                 f"loss non-finite for all {window} steps up to step {step} despite loss scaling"
             )
 
+        tel.phase("eval")
         t_eval = time.perf_counter()
         log.start(mllog.EVAL_START, metadata={"step": step})
         model.eval()
@@ -298,6 +319,11 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
                               "time_to_target_s": time.perf_counter() - run_start}
                 break
 
+    out["telemetry"] = tel.stop(train_samples=step * task.batch_size)
+    out["telemetry_series"] = tel
+    energy = out["telemetry"]["energy"]
+    log.event(mllog.ENERGY_J, energy["train_j"], {"phase": "train", "scope": energy["scope"],
+                                                  "method": energy["method"] or energy["reason"]})
     log.end(mllog.RUN_STOP, metadata={"status": "success"})
     t_tail = time.perf_counter()
     all_losses = torch.stack(losses).cpu().tolist()

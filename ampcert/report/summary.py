@@ -46,6 +46,7 @@ def build(rs: ResultSet) -> dict[str, Any]:
                 "flops_per_step": _mean([float(v) for v in done.flops_per_step.dropna()]),
                 "mfu_mean": _mean([float(v) for v in done.mfu.dropna()]),
                 "data_share_mean": _mean([float(v) for v in done.data_share.dropna()]),
+                "j_per_sample_mean": _mean([float(v) for v in done.j_per_sample.dropna()]),
                 "accelerated": bool(g.accelerated.all()),
             })
         for row in groups:

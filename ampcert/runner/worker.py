@@ -35,6 +35,7 @@ def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None =
     t0 = time.perf_counter()
     # A redone run starts its log afresh: the log describes this attempt only.
     rd.mllog_file(spec.run_id).unlink(missing_ok=True)
+    rd.telemetry_file(spec.run_id).unlink(missing_ok=True)
     log = mllog.MLLogger.open(rd.mllog_file(spec.run_id), namespace=spec.run_id)
     fields: dict[str, Any] = {}
     status, reason = "completed", None
@@ -54,6 +55,13 @@ def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None =
         log.close()
     wall_s = time.perf_counter() - t0
     partial = fields.pop("phases_partial", None)
+    recorder = fields.pop("telemetry_series", None)
+    if recorder is not None and fields.get("telemetry") is not None:
+        try:
+            fields["telemetry"]["series_file"] = recorder.write_series(rd.telemetry_file(spec.run_id)).name
+        except OSError as exc:  # the summary still stands without its series
+            fields["telemetry"]["series_file"] = None
+            fields["telemetry"]["notes"].append(f"series not written: {exc}")
     phases = None
     if partial is not None:
         startup = max(entered - spawned_at, 0.0) if spawned_at else 0.0
