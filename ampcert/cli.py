@@ -47,7 +47,8 @@ def run(
         if not resume.is_dir():
             raise UserError(f"--resume {resume}: results folder not found")
         root = resume
-        runs = ResultsDir(root).read_plan()["runs"]
+        stored = ResultsDir(root).read_plan()
+        runs, certify_rules = stored["runs"], stored.get("certify")
         if dry_run:
             _print_plan(orch.dump_plan_table(runs))
             return
@@ -65,18 +66,106 @@ def run(
         orch.prepare_out_dir(root)
         with orch.FolderLock(root):
             orch.write_plan(root, plan)
-        runs = plan.runs
+        runs, certify_rules = plan.runs, plan.suite.certify
 
     with orch.FolderLock(root), RunProgress(console) as progress:
         orch.execute_plan(root, runs, retry_failed=retry_failed, on_event=progress.handle)
         from ampcert.report import summary
 
         result_set = load(root)
+        cert = _certify(root, result_set, certify_rules) if certify_rules else None
         written = summary.write(result_set)
     _print_summary(result_set, written)
+    if cert is not None:
+        _print_certificate(cert, root)
     console.print(f"results: {root}  (summary: {ResultsDir(root).summary_html})")
     failed = [r for r in result_set.runs if r.status == "failed"]
-    if failed:
+    # With a rule pack, failed runs are evidence for the verdicts (an fp16 run
+    # without loss scaling is expected to fail); the certificate decides.
+    if (cert.status == "FAIL") if cert is not None else failed:
+        raise typer.Exit(1)
+
+
+def _certify(root: Path, result_set, rules_ref: str | None):
+    """Evaluate a rule pack on stored results and write verdicts.json atomically."""
+    from ampcert.certify import evaluate, load_rules
+    from ampcert.results import ResultsDir, atomic_write_json
+
+    cert = evaluate(result_set.runs, load_rules(rules_ref))
+    atomic_write_json(ResultsDir(root).verdicts_file, cert)
+    return cert
+
+
+def _print_certificate(cert, root: Path) -> None:
+    from ampcert.certify import format_certificate
+    from ampcert.results import ResultsDir
+
+    console.print(format_certificate(cert), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"verdicts: {ResultsDir(root).verdicts_file}", markup=False)
+
+
+@app.command()
+def certify(
+    results_dir: Path = typer.Argument(..., help="a results folder written by `ampcert run`"),
+    rules: str | None = typer.Option(None, "--rules", help="rule pack: shipped name (default, procurement) or file"),
+    strict: bool = typer.Option(False, "--strict", help="exit 1 on INCONCLUSIVE too"),
+) -> None:
+    """Re-evaluate stored results against a rule pack, without re-running anything.
+
+    Writes DIR/verdicts.json. Exit 0 when no required rule FAILs (and, with
+    --strict, none is INCONCLUSIVE), 1 otherwise, 2 on bad input."""
+    from ampcert.results import ResultsDir, load
+
+    if not results_dir.is_dir():
+        raise UserError(f"{results_dir}: results folder not found")
+    ResultsDir(results_dir).read_plan()  # one clear line if this is not a results folder
+    result_set = load(results_dir)
+    if not result_set.runs:
+        raise UserError(f"{results_dir}: no run results to certify")
+    with _folder_lock(results_dir):
+        cert = _certify(results_dir, result_set, rules)
+    _print_certificate(cert, results_dir)
+    if cert.status == "FAIL" or (strict and cert.status == "INCONCLUSIVE"):
+        raise typer.Exit(1)
+
+
+def _folder_lock(root: Path):
+    from ampcert.runner import orchestrator as orch
+
+    return orch.FolderLock(root)
+
+
+@app.command()
+def check(
+    logs: list[Path] = typer.Argument(..., help="MLLOG files (run.mllog), or results folders"),
+    rules: Path | None = typer.Option(None, "--rules", help="compliance rule file (default configs/rules/mllog.yaml)"),
+) -> None:
+    """Check MLLOG logs against declarative compliance rules; print every violation as file:line.
+
+    Exit 0 when every log complies, 1 when any violation is found, 2 on bad input."""
+    from ampcert.certify.compliance import check_log, load_compliance_rules
+
+    compliance = load_compliance_rules(rules)
+    files: list[Path] = []
+    for item in logs:
+        if item.is_dir():
+            found = sorted(item.rglob("*.mllog"))
+            if not found:
+                raise UserError(f"{item}: no .mllog files in this folder")
+            files += found
+        elif item.is_file():
+            files.append(item)
+        else:
+            raise UserError(f"{item}: no such log file or folder")
+    total = 0
+    for f in files:
+        violations = check_log(f, compliance)
+        total += len(violations)
+        for v in violations:
+            console.print(str(v), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"{len(files)} log(s) checked against {compliance.name}: "
+                  f"{total} violation(s)", markup=False)
+    if total:
         raise typer.Exit(1)
 
 
@@ -223,7 +312,12 @@ def _audit_jax(policy: str | None, dtype: str | None) -> None:
         import jax.numpy as jnp
     except ImportError:
         raise UserError("--backend jax: JAX is not installed (pip install 'ampcert[jax]')") from None
-    from ampcert.amp.jax.audit import audit_jax, audit_regions, format_jax_table, format_region_table
+    from ampcert.amp.jax.audit import (
+        audit_jax,
+        audit_regions,
+        format_jax_table,
+        format_region_table,
+    )
     from ampcert.spec import load_op_policy
 
     dtypes = {"bf16": jnp.bfloat16, "fp16": jnp.float16, None: jnp.bfloat16}

@@ -195,6 +195,10 @@ class ResultsDir:
     def telemetry_file(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "telemetry.csv"
 
+    @property
+    def verdicts_file(self) -> Path:
+        return self.root / "verdicts.json"
+
     def read_plan(self) -> dict[str, Any]:
         if not self.plan_file.exists():
             raise UserError(f"{self.root}: not an ampcert results folder (no plan.json)")

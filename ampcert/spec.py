@@ -24,7 +24,7 @@ Precision = Literal["fp32", "fp16", "bf16"]
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
 AmpImpl = Literal["native", "ampcert"]
 Device = Literal["auto", "cpu", "cuda"]
-Backend = Literal["torch"]
+Backend = Literal["torch", "jax"]
 # What to do with a low precision that the device does not accelerate
 # (fp16 on most CPUs): run it anyway, cap its steps, or skip it. Every choice
 # is recorded in the run result; none is silent.
@@ -79,6 +79,9 @@ class WorkloadEntry(_Strict):
     precisions: list[Precision] | None = None
     seeds: list[int] | None = None
     timeout_s: PositiveInt | None = None
+    # fp16 trains with dynamic loss scaling; `false` turns it off (numerics
+    # suites show what it prevents). bf16 and fp32 never scale.
+    loss_scaling: bool = True
 
     @property
     def label(self) -> str:
@@ -100,6 +103,9 @@ class Suite(_Strict):
     unaccelerated: Unaccelerated = "run"
     unaccelerated_max_steps: PositiveInt | None = None
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    # A rule pack (shipped name or path): the runner schedules what its checks
+    # need (enough seeds, repeated seeds) and writes verdicts.json.
+    certify: str | None = None
     workloads: list[WorkloadEntry] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -116,6 +122,8 @@ class Suite(_Strict):
                 raise ValueError(f"`{where}` lists a value twice: {values}")
         if self.unaccelerated == "cap" and self.unaccelerated_max_steps is None:
             raise ValueError("`unaccelerated: cap` needs `unaccelerated_max_steps`")
+        if self.backend == "jax" and self.amp == "native":
+            raise ValueError("`backend: jax` needs `amp: ampcert`: JAX has no native autocast to compare with")
         return self
 
 
@@ -145,6 +153,9 @@ class RunSpec(_Strict):
     peak_source: str = ""
     # Observation only, so left out of identity() like the timeout.
     telemetry_rate_hz: float = Field(default=10.0, gt=0, le=1000)
+    loss_scaling: bool = True
+    # 0 for a seed's run; 1, 2, ... for repeats of it (determinism checks).
+    repeat: int = Field(default=0, ge=0)
 
     def identity(self) -> dict[str, Any]:
         """The fields that decide what a run computes; its id hashes these.
@@ -152,15 +163,23 @@ class RunSpec(_Strict):
         The suite name, timeout and capability findings are left out: renaming
         a suite or re-measuring a device does not make a different run.
         """
-        return self.model_dump(
+        ident = self.model_dump(
             include={"label", "workload", "params", "backend", "amp", "policy_sha256",
                      "precision", "seed", "device", "train"}
         )
+        # Hashed only where they differ from the default, so ids of runs that
+        # existed before these fields stay what they were.
+        if not self.loss_scaling:
+            ident["loss_scaling"] = False
+        if self.repeat:
+            ident["repeat"] = self.repeat
+        return ident
 
     @property
     def run_id(self) -> str:
         digest = hashlib.sha256(canonical_json(self.identity()).encode()).hexdigest()[:8]
-        return f"{self.label}-{self.precision}-{self.amp}-s{self.seed}-{digest}"
+        rep = f"-r{self.repeat}" if self.repeat else ""
+        return f"{self.label}-{self.precision}-{self.amp}-s{self.seed}{rep}-{digest}"
 
 
 def canonical_json(obj: Any) -> str:
@@ -232,11 +251,18 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
     for i, entry in enumerate(suite.workloads):
         where = f"{source}: workloads[{i}]({entry.label})"
         registry.validate_entry(entry, where)
+        if suite.backend == "jax" and not hasattr(registry.get(entry.workload), "build_jax"):
+            raise UserError(f"{where}: backend jax: workload {entry.workload!r} has no JAX version (build_jax)")
     if suite.policy is not None:
         if suite.amp != "ampcert":
             raise UserError(f"{source}: policy: an op policy applies to `amp: ampcert`, not `amp: {suite.amp}`")
         suite = suite.model_copy(update={"policy": str(_policy_path(suite.policy, source))})
-        load_op_policy(suite.policy, f"{source}: policy")
+        load_op_policy(suite.policy, f"{source}: policy", framework=suite.backend)
+    if suite.certify is not None:
+        from ampcert.certify.rules import load_rules
+
+        pack = load_rules(suite.certify, base_dir=Path(source).parent)
+        suite = suite.model_copy(update={"certify": pack.source})
     return suite
 
 
@@ -247,14 +273,19 @@ def _policy_path(ref: str, source: str) -> str | Path:
     return beside.resolve() if beside.is_file() else ref
 
 
-def load_op_policy(ref: str | None, where: str, device: str = "cpu"):
-    """The OpPolicy for a suite's `policy:` (or the shipped one for ``device``)."""
+def load_op_policy(ref: str | None, where: str, device: str = "cpu", framework: str = "torch"):
+    """The OpPolicy for a suite's `policy:` (or the shipped one for ``device``
+    and ``framework``); a policy written for the other framework is refused."""
     from ampcert.amp.policy import PolicyError, load_policy, shipped_policy
 
     try:
-        return load_policy(ref) if ref else shipped_policy(device)
+        policy = load_policy(ref) if ref else shipped_policy(device, framework=framework)
     except PolicyError as exc:
         raise UserError(f"{where}: {exc}") from None
+    if policy.framework != framework:
+        raise UserError(f"{where}: {policy.source or policy.name}: framework: expected a {framework} policy "
+                        f"(the suite's backend), got a {policy.framework} policy")
+    return policy
 
 
 def load_suite(path: str | Path) -> Suite:
@@ -267,14 +298,22 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"]) -> list[RunSpec]:
 
     policy_sha256 = None
     if suite.amp == "ampcert":
-        policy_sha256 = load_op_policy(suite.policy, "policy", device).effective_sha256
+        policy_sha256 = load_op_policy(suite.policy, "policy", device, suite.backend).effective_sha256
+    min_seeds, repeats = 1, 0
+    if suite.certify is not None:
+        from ampcert.certify.rules import load_rules
+
+        pack = load_rules(suite.certify)
+        min_seeds, repeats = pack.min_seeds(), pack.repeats()
     runs: list[RunSpec] = []
     for entry in suite.workloads:
         params, declared = registry.resolve(entry)
         budget = entry.train or suite.train or TrainBudget(
             target=declared.target, max_steps=declared.max_steps, eval_every=declared.eval_every)
+        seeds = with_min_seeds(entry.seeds or suite.seeds, min_seeds)
         for precision in entry.precisions or suite.precisions:
-            for seed in entry.seeds or suite.seeds:
+            # repeat 0 of every seed, then `repeats` reruns of the first seed
+            for seed, repeat in [(s, 0) for s in seeds] + [(seeds[0], r) for r in range(1, repeats + 1)]:
                 runs.append(
                     RunSpec(
                         suite=suite.name,
@@ -291,9 +330,23 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"]) -> list[RunSpec]:
                         timeout_s=entry.timeout_s or suite.timeout_s,
                         policy_sha256=policy_sha256,
                         telemetry_rate_hz=suite.telemetry.rate_hz,
+                        loss_scaling=entry.loss_scaling,
+                        repeat=repeat,
                     )
                 )
     return runs
+
+
+def with_min_seeds(seeds: list[int], minimum: int) -> list[int]:
+    """``seeds``, extended with the next unused integers up to ``minimum``
+    (a rule pack's statistical checks cannot pass on fewer)."""
+    out = list(seeds)
+    candidate = max(out) + 1 if out else 0
+    while len(out) < minimum:
+        if candidate not in out:
+            out.append(candidate)
+        candidate += 1
+    return out
 
 
 def apply_capabilities(

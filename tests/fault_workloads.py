@@ -70,5 +70,28 @@ class BadBuilder(DigitsWorkload):
         raise RuntimeError("the user's builder is broken")
 
 
+class Spiky(_Fault):
+    """inf inputs on two of every three steps from step 5 to 70: with fp16 loss
+    scaling those steps overflow, are skipped, and the scale falls to its floor."""
+
+    name = "spiky"
+
+    def at_step(self, step, x):
+        return x * float("inf") if 5 <= step <= 70 and step % 3 != 0 else x
+
+
+class Nondeterministic(_Fault):
+    """Noise from the OS (not from the seed) on step 3: a rerun of a seed differs."""
+
+    name = "nondeterministic"
+
+    def at_step(self, step, x):
+        if step == 3:
+            noise = torch.frombuffer(bytearray(os.urandom(4 * x.numel())), dtype=torch.int32)
+            return x + 1e-3 * (noise.reshape(x.shape).float() / 2**31)
+        return x
+
+
 raising, nan, hang, killed, badbuilder = Raising(), NaNLoss(), Hang(), Killed(), BadBuilder()
+spiky, nondeterministic = Spiky(), Nondeterministic()
 not_a_workload = object()

@@ -128,7 +128,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
                          "effective_sha256": policy.effective_sha256, "source": str(policy.source)}
     else:
         out["policy"] = {"name": "none (fp32)"}
-    use_scale = spec.precision == "fp16"
+    use_scale = spec.precision == "fp16" and spec.loss_scaling
     loss_scale = DynamicLossScale() if use_scale else None
 
     budget = spec.train

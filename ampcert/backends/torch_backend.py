@@ -77,7 +77,7 @@ def make_amp(spec: RunSpec) -> Amp:
     if spec.precision == "fp32":
         return Amp(contextlib.nullcontext, None, {"name": "none (fp32)"})
     dtype = DTYPES[spec.precision]
-    use_scaler = spec.precision == "fp16"
+    use_scaler = spec.precision == "fp16" and spec.loss_scaling
     if spec.amp == "native":
         return Amp(
             lambda: torch.autocast(spec.device, dtype=dtype),

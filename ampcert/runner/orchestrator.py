@@ -71,7 +71,7 @@ def plan_suite(suite_path: str | Path) -> Plan:
     device = resolve_device(suite.device)
     runs = expand(suite, device)
     precisions = sorted({r.precision for r in runs})
-    capabilities = probe(device, precisions)
+    capabilities = probe(device, precisions, backend=suite.backend)
     return Plan(suite, path, apply_capabilities(suite, runs, capabilities), capabilities, device)
 
 
@@ -154,6 +154,7 @@ def write_plan(out: Path, plan: Plan) -> None:
         "suite_sha256": hashlib.sha256(raw).hexdigest(),
         "device": plan.device,
         "capabilities": plan.capabilities,
+        "certify": plan.suite.certify,
         "environment": fingerprint(),
         "runs": [r.model_dump(mode="json") for r in plan.runs],
     })

@@ -42,7 +42,13 @@ def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None =
     try:
         if spec.backend == "torch":
             from ampcert.backends import torch_backend as backend
-        else:  # pragma: no cover - the spec's Literal admits only torch today
+        elif spec.backend == "jax":
+            try:
+                import jax  # noqa: F401
+            except ImportError as exc:
+                raise UserError(f"backend jax needs JAX: pip install 'ampcert[jax]' ({exc})") from None
+            from ampcert.backends import jax_backend as backend
+        else:  # pragma: no cover - the spec's Literal admits only these
             raise UserError(f"backend {spec.backend!r} is not available")
         fields = backend.train(spec, log, progress)
     except Exception as exc:  # noqa: BLE001 - a run's failure is data, not a crash

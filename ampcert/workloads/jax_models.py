@@ -217,7 +217,7 @@ def resnet_from_torch(task: TorchTask) -> JaxTask:
 
 
 def gpt_from_torch(task: TorchTask) -> JaxTask:
-    from ampcert.workloads.gpt import GPT, EVAL_TOKENS_PER_CHUNK
+    from ampcert.workloads.gpt import EVAL_TOKENS_PER_CHUNK, GPT
 
     model = task.model
     if not isinstance(model, GPT):

@@ -23,6 +23,8 @@ BUILTIN: dict[str, str] = {
     "digits": "ampcert.workloads.digits:WORKLOAD",
     "resnet": "ampcert.workloads.resnet:WORKLOAD",
     "gpt": "ampcert.workloads.gpt:WORKLOAD",
+    "underflow": "ampcert.workloads.numerics:UNDERFLOW",
+    "overflow": "ampcert.workloads.numerics:OVERFLOW",
 }
 
 

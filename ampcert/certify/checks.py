@@ -1,0 +1,377 @@
+"""Run results in, verdicts out: one verdict per (rule, subject).
+
+A *subject* is what a certificate speaks about: one workload entry (its
+label), backend, AMP implementation and precision, across its seeds. Its FP32
+*reference* is the FP32 runs of the same entry, backend and AMP. Each check
+returns PASS, FAIL or INCONCLUSIVE with its evidence (the numbers, the test,
+the sample sizes) and a one-line summary; a check that does not apply to a
+subject (loss-scaler rules on a run without a scaler) returns nothing.
+
+INCONCLUSIVE is never a quiet PASS: too few seeds, a reference that did not
+converge, budgets that differ (steps capped on an unaccelerated precision)
+or an interval that straddles the margin all say so, and a certificate with
+a required INCONCLUSIVE is itself INCONCLUSIVE.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ampcert.certify import rules as R
+from ampcert.certify.stats import olympic_mean, paired_tost
+from ampcert.results import RunResult
+
+Status = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+_ORDER = {"FAIL": 0, "INCONCLUSIVE": 1, "PASS": 2}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Subject(_Model):
+    workload: str  # the entry's label
+    backend: str
+    amp: str
+    precision: str
+
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.workload, self.backend, self.amp, self.precision)
+
+    def __str__(self) -> str:
+        return f"{self.workload}/{self.backend}/{self.amp}/{self.precision}"
+
+
+class Verdict(_Model):
+    rule: str
+    check: str
+    subject: Subject
+    status: Status
+    required: bool
+    summary: str = Field(description="one line: the finding and the numbers behind it")
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+
+class SubjectVerdict(_Model):
+    subject: Subject
+    status: Status
+    failed: list[str] = Field(default_factory=list)
+    inconclusive: list[str] = Field(default_factory=list)
+
+
+class Certificate(_Model):
+    rules: dict[str, str] = Field(description="name, source and sha256 of the rule pack")
+    status: Status
+    subjects: list[SubjectVerdict]
+    verdicts: list[Verdict]
+
+
+def worst(statuses: Iterable[str]) -> Status:
+    return min(statuses, key=_ORDER.__getitem__, default="PASS")  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------- grouping
+
+
+class _Group:
+    """The runs of one subject and of its FP32 reference."""
+
+    def __init__(self, subject: Subject, runs: list[RunResult], ref: list[RunResult]):
+        self.subject = subject
+        self.all = [r for r in runs if r.status != "skipped"]
+        self.primary = [r for r in self.all if _repeat(r) == 0]
+        self.ref = [r for r in ref if r.status != "skipped" and _repeat(r) == 0]
+        self.workload = runs[0].spec.workload
+
+    def completed(self, runs: list[RunResult] | None = None) -> list[RunResult]:
+        return [r for r in (self.primary if runs is None else runs) if r.status == "completed"]
+
+    def by_seed(self, runs: list[RunResult]) -> dict[int, RunResult]:
+        return {r.spec.seed: r for r in runs}
+
+
+def _repeat(r: RunResult) -> int:
+    return getattr(r.spec, "repeat", 0) or 0
+
+
+def _verdict(rule, group: _Group, status: Status, summary: str, required: bool | None = None,
+             **evidence) -> Verdict:
+    return Verdict(rule=rule.id, check=rule.check, subject=group.subject, status=status,
+                   required=rule.required if required is None else required, summary=summary,
+                   evidence=evidence)
+
+
+def _failed(runs: list[RunResult]) -> list[dict[str, Any]]:
+    return [{"run_id": r.run_id, "seed": r.spec.seed, "reason": r.reason} for r in runs if r.status == "failed"]
+
+
+def _budgets_differ(group: _Group) -> list[str]:
+    ref_budgets = {r.spec.train.model_dump_json() for r in group.ref}
+    return [r.run_id for r in group.primary if r.spec.train.model_dump_json() not in ref_budgets]
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_accuracy_parity(rule: R.AccuracyParity, g: _Group) -> Verdict | None:
+    margin = rule.threshold(g.subject.workload, g.workload)
+    failed = _failed(g.primary)
+    if failed:
+        f = failed[0]
+        return _verdict(rule, g, "FAIL", f"{len(failed)} run(s) failed, e.g. seed {f['seed']}: {f['reason']}",
+                        failed_runs=failed, margin=margin)
+    capped = _budgets_differ(g)
+    if capped:
+        return _verdict(rule, g, "INCONCLUSIVE", "training budget differs from FP32's (steps capped on an "
+                        "unaccelerated precision): final metrics are not comparable", runs=capped)
+    low, ref = g.by_seed(g.completed()), g.by_seed(g.completed(g.ref))
+    seeds = sorted(set(low) & set(ref))
+    pairs = {s: (low[s].final_metric, ref[s].final_metric) for s in seeds}
+    if len(seeds) < rule.min_seeds:
+        return _verdict(rule, g, "INCONCLUSIVE", f"{len(seeds)} seed(s) with both precisions completed; the "
+                        f"rule needs at least {rule.min_seeds}", n=len(seeds), min_seeds=rule.min_seeds,
+                        pairs=pairs, margin=margin)
+    t = paired_tost([pairs[s][0] for s in seeds], [pairs[s][1] for s in seeds], margin, rule.alpha)
+    ci = f"{100 * (1 - 2 * rule.alpha):.0f}% CI [{t.ci_low:+.4f}, {t.ci_high:+.4f}]"
+    text = f"mean difference {t.mean_diff:+.4f} over {t.n} seeds, {ci}, margin ±{margin:g}, TOST p={t.p_value:.3g}"
+    status: Status = "PASS" if t.equivalent else "FAIL" if t.outside else "INCONCLUSIVE"
+    if status == "INCONCLUSIVE":
+        text += " (the interval crosses the margin: more seeds would decide)"
+    return _verdict(rule, g, status, text, tost=t.as_dict(), pairs=pairs, metric=g.completed()[0].metric)
+
+
+def check_convergence(rule: R.Convergence, g: _Group) -> Verdict | None:
+    if not g.primary or g.primary[0].spec.train.target is None:
+        return None  # a fixed step budget has no target to converge to
+    limit = rule.threshold(g.subject.workload, g.workload)
+    capped = _budgets_differ(g)
+    if capped:
+        return _verdict(rule, g, "INCONCLUSIVE", "training budget differs from FP32's (steps capped on an "
+                        "unaccelerated precision)", runs=capped)
+    ref = g.completed(g.ref)
+    missed_ref = [r.spec.seed for r in g.ref if not (r.status == "completed" and r.target_reached)]
+    if missed_ref or not ref:
+        return _verdict(rule, g, "INCONCLUSIVE", f"the FP32 reference did not reach the target for seeds "
+                        f"{missed_ref or 'all'}", reference_missed=missed_ref)
+    missed = [{"seed": r.spec.seed, "status": r.status, "reason": r.reason, "final_metric": r.final_metric}
+              for r in g.primary if not (r.status == "completed" and r.target_reached)]
+    if missed:
+        return _verdict(rule, g, "FAIL", f"{len(missed)} of {len(g.primary)} seed(s) did not reach the target "
+                        f"{g.primary[0].spec.train.target:g}", missed=missed)
+    if len(g.primary) < rule.min_seeds:
+        return _verdict(rule, g, "INCONCLUSIVE", f"{len(g.primary)} seed(s); the rule needs at least "
+                        f"{rule.min_seeds}", n=len(g.primary), min_seeds=rule.min_seeds)
+    low_s = [r.samples_to_target for r in g.primary]
+    ref_s = [r.samples_to_target for r in ref]
+    ratio = olympic_mean(low_s) / olympic_mean(ref_s)
+    status: Status = "PASS" if ratio <= limit else "FAIL"
+    return _verdict(rule, g, status, f"samples-to-target {olympic_mean(low_s):.0f} vs FP32 "
+                    f"{olympic_mean(ref_s):.0f} (olympic means): ratio {ratio:.3f}, limit {limit:g}",
+                    ratio=ratio, max_ratio=limit, samples_to_target=low_s, reference_samples_to_target=ref_s,
+                    score="olympic mean (drop fastest and slowest with >= 3 seeds)")
+
+
+def check_determinism(rule: R.Determinism, g: _Group) -> Verdict | None:
+    repeats = [r for r in g.all if _repeat(r) > 0]
+    if not repeats:
+        return _verdict(rule, g, "INCONCLUSIVE", "no repeated seed was run (a suite with `certify:` schedules "
+                        "them)", repeats_found=0)
+    originals = g.by_seed(g.primary)
+    compared, problems = [], []
+    for rep in repeats:
+        orig = originals.get(rep.spec.seed)
+        if orig is None:
+            continue
+        entry = {"seed": rep.spec.seed, "repeat": _repeat(rep), "run_ids": [orig.run_id, rep.run_id],
+                 "weights_sha256": [orig.weights_sha256, rep.weights_sha256],
+                 "deterministic_algorithms": [orig.determinism.get("deterministic_algorithms"),
+                                              rep.determinism.get("deterministic_algorithms")]}
+        if orig.status != rep.status:
+            problems.append(f"seed {rep.spec.seed}: statuses differ ({orig.status} vs {rep.status})")
+        elif orig.status == "completed":
+            first = next((i for i, (a, b) in enumerate(zip(orig.loss, rep.loss, strict=False)) if a != b), None)
+            if first is None and len(orig.loss) != len(rep.loss):
+                first = min(len(orig.loss), len(rep.loss))
+            entry["first_differing_step"] = None if first is None else first + 1
+            if first is not None:
+                problems.append(f"seed {rep.spec.seed}: loss differs from step {first + 1}")
+            if orig.weights_sha256 != rep.weights_sha256:
+                problems.append(f"seed {rep.spec.seed}: final weights differ")
+            if not all(entry["deterministic_algorithms"]):
+                problems.append(f"seed {rep.spec.seed}: deterministic algorithms not enabled/recorded")
+        compared.append(entry)
+    if not compared:
+        return _verdict(rule, g, "INCONCLUSIVE", "repeats found, but not of a seed that ran once normally")
+    if problems:
+        return _verdict(rule, g, "FAIL", "; ".join(problems), compared=compared)
+    return _verdict(rule, g, "PASS", f"{len(compared)} repeated run(s): loss trajectories and final-weight "
+                    "digests identical bit for bit", compared=compared)
+
+
+def check_seed_spread(rule: R.SeedSpread, g: _Group) -> Verdict | None:
+    done = g.completed()
+    limit = rule.threshold(g.subject.workload, g.workload)
+    if len(done) < rule.min_seeds:
+        return _verdict(rule, g, "INCONCLUSIVE", f"{len(done)} completed seed(s); the rule needs at least "
+                        f"{rule.min_seeds}", n=len(done))
+    values = {r.spec.seed: r.final_metric for r in done}
+    spread = max(values.values()) - min(values.values())
+    digests = {r.weights_sha256 for r in done}
+    if len(digests) == 1:
+        return _verdict(rule, g, "FAIL", f"{len(done)} different seeds produced identical final weights: the "
+                        "seed does not reach the run", final_metric=values)
+    status: Status = "PASS" if spread <= limit else "FAIL"
+    return _verdict(rule, g, status, f"final metric ranges {spread:.4f} across {len(done)} seeds "
+                    f"(limit {limit:g})", spread=spread, max_spread=limit, final_metric=values)
+
+
+def _post_warmup(r: RunResult, warmup: int) -> int:
+    return max(r.steps - warmup, 0)
+
+
+def check_scaler_skip_rate(rule: R.ScalerSkipRate, g: _Group) -> Verdict | None:
+    scaled = [r for r in g.completed(g.all) if r.loss_scale is not None]
+    if not scaled:
+        return None
+    limit = rule.threshold(g.subject.workload, g.workload)
+    rates = {}
+    for r in scaled:
+        n = _post_warmup(r, rule.warmup_steps)
+        if n == 0:
+            return _verdict(rule, g, "INCONCLUSIVE", f"run {r.run_id} has no steps after the warm-up of "
+                            f"{rule.warmup_steps}")
+        rates[r.run_id] = sum(1 for s in (r.skipped_steps or []) if s > rule.warmup_steps) / n
+    worst_id = max(rates, key=rates.__getitem__)
+    status: Status = "PASS" if rates[worst_id] <= limit else "FAIL"
+    return _verdict(rule, g, status, f"skipped-step rate after step {rule.warmup_steps}: worst "
+                    f"{rates[worst_id]:.3f} ({worst_id}), limit {limit:g}", rates=rates, max_rate=limit)
+
+
+def check_scaler_floor(rule: R.ScalerFloor, g: _Group) -> Verdict | None:
+    scaled = [r for r in g.completed(g.all) if r.loss_scale]
+    if not scaled:
+        return None
+    limit = rule.threshold(g.subject.workload, g.workload)
+    shares = {}
+    for r in scaled:
+        post = r.loss_scale[rule.warmup_steps:]
+        if not post:
+            return _verdict(rule, g, "INCONCLUSIVE", f"run {r.run_id} has no steps after the warm-up")
+        shares[r.run_id] = sum(1 for s in post if s <= rule.floor) / len(post)
+    worst_id = max(shares, key=shares.__getitem__)
+    status: Status = "PASS" if shares[worst_id] <= limit else "FAIL"
+    return _verdict(rule, g, status, f"share of steps with the scale at or below {rule.floor:g}: worst "
+                    f"{shares[worst_id]:.3f} ({worst_id}), limit {limit:g}", shares=shares,
+                    final_scales={r.run_id: r.loss_scale[-1] for r in scaled})
+
+
+def check_nonfinite_loss(rule: R.NonFiniteLoss, g: _Group) -> Verdict | None:
+    limit = rule.threshold(g.subject.workload, g.workload)
+    stopped = [f for f in _failed(g.all) if "non-finite" in (f["reason"] or "") or "nan" in (f["reason"] or "")]
+    if stopped:
+        return _verdict(rule, g, "FAIL", f"{len(stopped)} run(s) stopped on a non-finite loss, e.g. seed "
+                        f"{stopped[0]['seed']}: {stopped[0]['reason']}", stopped=stopped)
+    other = _failed(g.all)
+    done = g.completed(g.all)
+    if not done:
+        return _verdict(rule, g, "INCONCLUSIVE", "no completed run" + (f"; failures: {other[0]['reason']}"
+                                                                    if other else ""), failed_runs=other)
+    shares = {r.run_id: (sum(1 for v in r.loss if v is None) / len(r.loss)) if r.loss else 0.0 for r in done}
+    worst_id = max(shares, key=shares.__getitem__)
+    status: Status = "PASS" if shares[worst_id] <= limit else "FAIL"
+    return _verdict(rule, g, status, f"non-finite losses: worst {shares[worst_id]:.3f} of steps ({worst_id}), "
+                    f"limit {limit:g}", shares=shares)
+
+
+def _ratio_check(rule, g: _Group, value: Callable[[RunResult], float | None], what: str,
+                 higher_is_good: bool) -> Verdict | None:
+    low = [v for v in (value(r) for r in g.completed()) if v]
+    ref = [v for v in (value(r) for r in g.completed(g.ref)) if v]
+    devices = {r.spec.device for r in g.primary} | {r.spec.device for r in g.ref}
+    unaccelerated = [r.run_id for r in g.primary if not r.accelerated]
+    required = rule.required and not unaccelerated
+    note = {"advisory_because": f"{g.subject.precision} is not accelerated on this device"} if unaccelerated else {}
+    if not low or not ref:
+        return _verdict(rule, g, "INCONCLUSIVE", f"no {what} measured for the precision or for FP32",
+                        required=required, **note)
+    if len(devices) > 1:
+        return _verdict(rule, g, "INCONCLUSIVE", f"runs on different devices {sorted(devices)}",
+                        required=required, **note)
+    ratio = statistics.median(low) / statistics.median(ref)
+    limit = rule.threshold(g.subject.workload, g.workload)
+    ok = ratio >= limit if higher_is_good else ratio <= limit
+    text = f"{what} {ratio:.3f}x FP32 (median over {len(low)} vs {len(ref)} runs), " \
+           f"{'at least' if higher_is_good else 'at most'} {limit:g}"
+    if unaccelerated:
+        text += f"; advisory: {g.subject.precision} is not accelerated on this device"
+    return _verdict(rule, g, "PASS" if ok else "FAIL", text, required=required, ratio=ratio, limit=limit,
+                    values=low, reference_values=ref, **note)
+
+
+def check_speedup(rule: R.Speedup, g: _Group) -> Verdict | None:
+    return _ratio_check(rule, g, lambda r: r.samples_per_s, "training samples/s", True)
+
+
+def check_memory_ratio(rule: R.MemoryRatio, g: _Group) -> Verdict | None:
+    return _ratio_check(rule, g, lambda r: r.peak_memory.value if r.peak_memory else None, "peak memory", False)
+
+
+CHECK_FUNCTIONS: dict[str, Callable[[Any, _Group], Verdict | None]] = {
+    "accuracy_parity": check_accuracy_parity,
+    "convergence": check_convergence,
+    "determinism": check_determinism,
+    "seed_spread": check_seed_spread,
+    "scaler_skip_rate": check_scaler_skip_rate,
+    "scaler_floor": check_scaler_floor,
+    "nonfinite_loss": check_nonfinite_loss,
+    "speedup": check_speedup,
+    "memory_ratio": check_memory_ratio,
+}
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def evaluate(results: Iterable[RunResult], pack: R.RulePack) -> Certificate:
+    """Every rule of ``pack`` on every subject it applies to."""
+    groups: dict[tuple, list[RunResult]] = defaultdict(list)
+    for r in results:
+        groups[(r.spec.label, r.spec.backend, r.spec.amp, r.spec.precision)].append(r)
+    verdicts: list[Verdict] = []
+    for key in sorted(groups):
+        label, backend, amp, precision = key
+        runs = groups[key]
+        subject = Subject(workload=label, backend=backend, amp=amp, precision=precision)
+        group = _Group(subject, runs, groups.get((label, backend, amp, "fp32"), []))
+        for rule in pack.rules:
+            if not rule.applies_to.matches(label, runs[0].spec.workload, backend, amp, precision):
+                continue
+            v = CHECK_FUNCTIONS[rule.check](rule, group)
+            if v is not None:
+                verdicts.append(v)
+    subjects = []
+    for key in sorted({v.subject.key() for v in verdicts}):
+        mine = [v for v in verdicts if v.subject.key() == key]
+        required = [v for v in mine if v.required]
+        subjects.append(SubjectVerdict(
+            subject=mine[0].subject, status=worst(v.status for v in required),
+            failed=[v.rule for v in required if v.status == "FAIL"],
+            inconclusive=[v.rule for v in required if v.status == "INCONCLUSIVE"]))
+    return Certificate(rules={"name": pack.name, "source": pack.source, "sha256": pack.sha256},
+                       status=worst(s.status for s in subjects), subjects=subjects, verdicts=verdicts)
+
+
+def format_certificate(cert: Certificate) -> str:
+    lines = [f"certificate: {cert.status}  (rules {cert.rules['name']}, sha256 {cert.rules['sha256'][:12]})"]
+    for s in cert.subjects:
+        lines.append(f"  {s.status:<12} {s.subject}")
+        for v in cert.verdicts:
+            if v.subject.key() == s.subject.key():
+                tag = "" if v.required else " (advisory)"
+                lines.append(f"      {v.status:<12} {v.rule}{tag}: {v.summary}")
+    return "\n".join(lines)

@@ -1,0 +1,216 @@
+"""Rule packs: certification criteria as data.
+
+A rule pack (``configs/rules/default.yaml``) lists rules; each names one check
+from a fixed set, its threshold, the runs it applies to and whether it is
+required (its FAIL fails the certificate) or advisory::
+
+    - id: parity.final_metric
+      check: accuracy_parity
+      measures: final eval metric, low precision minus FP32, paired by seed
+      margin: 0.02
+      per_workload: {gpt: 0.05}     # the threshold for entries of this label/workload
+      min_seeds: 3
+      applies_to: {precisions: [bf16, fp16]}   # the default
+      required: true                            # the default
+
+Rules are declarative on purpose: MLPerf's compliance checker evaluates rule
+strings as Python; here a rule can only pick a check and set its numbers, so
+a rule file can never run code. Loading validates every field and reports
+the first problem as one line (file, rule, field, what was expected).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ampcert.errors import UserError
+
+RULES_DIR = Path(__file__).resolve().parents[2] / "configs" / "rules"
+
+Precision = Literal["fp32", "fp16", "bf16"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AppliesTo(_Strict):
+    """Which (workload, backend, amp, precision) subjects a rule judges;
+    ``"*"`` matches everything. Workloads match an entry's label or name."""
+
+    workloads: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
+    precisions: list[Precision] = Field(default_factory=lambda: ["bf16", "fp16"], min_length=1)
+    backends: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
+    amp: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
+
+    def matches(self, label: str, workload: str, backend: str, amp: str, precision: str) -> bool:
+        def ok(values: list[str], *candidates: str) -> bool:
+            return "*" in values or any(c in values for c in candidates)
+
+        return (ok(self.workloads, label, workload) and precision in self.precisions
+                and ok(self.backends, backend) and ok(self.amp, amp))
+
+
+class _Rule(_Strict):
+    id: str = Field(pattern=r"^[a-z][a-z0-9_.-]*$", max_length=80)
+    measures: str = Field(min_length=1)
+    applies_to: AppliesTo = Field(default_factory=AppliesTo)
+    required: bool = True
+    per_workload: dict[str, float] = Field(default_factory=dict)
+
+    #: the name of the rule's main threshold field (overridden per workload by ``per_workload``)
+    threshold_field: str = Field(default="", exclude=True)
+
+    def threshold(self, label: str, workload: str) -> float:
+        for key in (label, workload):
+            if key in self.per_workload:
+                return self.per_workload[key]
+        return getattr(self, self.threshold_field)
+
+
+class AccuracyParity(_Rule):
+    check: Literal["accuracy_parity"]
+    margin: float = Field(gt=0)
+    alpha: float = Field(0.05, gt=0, lt=0.5)
+    min_seeds: int = Field(3, ge=2)
+    threshold_field: str = Field(default="margin", exclude=True)
+
+
+class Convergence(_Rule):
+    check: Literal["convergence"]
+    max_ratio: float = Field(ge=1.0)
+    min_seeds: int = Field(1, ge=1)
+    threshold_field: str = Field(default="max_ratio", exclude=True)
+
+
+class Determinism(_Rule):
+    check: Literal["determinism"]
+    repeats: int = Field(1, ge=1, le=10)
+
+
+class SeedSpread(_Rule):
+    check: Literal["seed_spread"]
+    max_spread: float = Field(gt=0)
+    min_seeds: int = Field(2, ge=2)
+    threshold_field: str = Field(default="max_spread", exclude=True)
+
+
+class ScalerSkipRate(_Rule):
+    check: Literal["scaler_skip_rate"]
+    warmup_steps: int = Field(0, ge=0)
+    max_rate: float = Field(ge=0, le=1)
+    threshold_field: str = Field(default="max_rate", exclude=True)
+
+
+class ScalerFloor(_Rule):
+    check: Literal["scaler_floor"]
+    floor: float = Field(1.0, ge=0)
+    warmup_steps: int = Field(0, ge=0)
+    max_fraction: float = Field(0.0, ge=0, le=1)
+    threshold_field: str = Field(default="max_fraction", exclude=True)
+
+
+class NonFiniteLoss(_Rule):
+    check: Literal["nonfinite_loss"]
+    max_fraction: float = Field(0.0, ge=0, le=1)
+    threshold_field: str = Field(default="max_fraction", exclude=True)
+
+
+class Speedup(_Rule):
+    check: Literal["speedup"]
+    min_ratio: float = Field(gt=0)
+    threshold_field: str = Field(default="min_ratio", exclude=True)
+
+
+class MemoryRatio(_Rule):
+    check: Literal["memory_ratio"]
+    max_ratio: float = Field(gt=0)
+    threshold_field: str = Field(default="max_ratio", exclude=True)
+
+
+Rule = Annotated[
+    AccuracyParity | Convergence | Determinism | SeedSpread | ScalerSkipRate | ScalerFloor | NonFiniteLoss | Speedup | MemoryRatio,
+    Field(discriminator="check"),
+]
+CHECKS = ("accuracy_parity", "convergence", "determinism", "seed_spread", "scaler_skip_rate",
+          "scaler_floor", "nonfinite_loss", "speedup", "memory_ratio")
+
+
+class RulePack(_Strict):
+    name: str = Field(min_length=1)
+    version: Literal[1] = 1
+    description: str = ""
+    rules: list[Rule] = Field(min_length=1)
+    source: str = Field(default="", exclude=True)
+    sha256: str = Field(default="", exclude=True)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> RulePack:
+        seen: set[str] = set()
+        for rule in self.rules:
+            if rule.id in seen:
+                raise ValueError(f"rule id {rule.id!r} appears twice")
+            seen.add(rule.id)
+        return self
+
+    def of(self, check: str) -> list[Any]:
+        return [r for r in self.rules if r.check == check]
+
+    def min_seeds(self) -> int:
+        """Seeds the pack needs for its statistical checks to be able to pass."""
+        return max([getattr(r, "min_seeds", 1) for r in self.rules] + [1])
+
+    def repeats(self) -> int:
+        return max([r.repeats for r in self.of("determinism")] + [0])
+
+
+def shipped_rule_names() -> list[str]:
+    return sorted(p.stem for p in RULES_DIR.glob("*.yaml") if p.stem != "mllog")
+
+
+def load_rules(ref: str | Path | None = None, base_dir: Path | None = None) -> RulePack:
+    """A rule pack from a path or a shipped name (``default``, ``procurement``);
+    raises UserError with one line on any problem."""
+    from ampcert.spec import validation_message
+
+    text = str(ref or "default")
+    candidates = []
+    if "/" in text or text.endswith((".yaml", ".yml")):
+        p = Path(text).expanduser()
+        if not p.is_absolute() and base_dir is not None:
+            candidates.append(base_dir / p)
+        candidates.append(p)
+    else:
+        candidates.append(RULES_DIR / f"{text}.yaml")
+    path = next((c for c in candidates if c.is_file()), None)
+    if path is None:
+        raise UserError(f"{candidates[0]}: rules: expected an existing rule file or a shipped name "
+                        f"{shipped_rule_names()}, got {text!r}")
+    try:
+        raw = path.read_bytes()
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: expected a readable UTF-8 rule file, got {type(exc).__name__}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise UserError(f"{path}: YAML: expected well-formed YAML, got {problem}{where}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping with name and rules at the top level, got {type(data).__name__}")
+    rules = data.get("rules")
+    if isinstance(rules, list):
+        for i, rule in enumerate(rules):
+            if isinstance(rule, dict) and "check" in rule and rule["check"] not in CHECKS:
+                raise UserError(f"{path}: rules[{i}].check: expected one of {list(CHECKS)}, "
+                                f"got {rule['check']!r}")
+    try:
+        pack = RulePack.model_validate(data)
+    except ValidationError as err:
+        raise UserError(validation_message(str(path), err, data)) from None
+    return pack.model_copy(update={"source": str(path), "sha256": hashlib.sha256(raw).hexdigest()})
