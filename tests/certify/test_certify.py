@@ -8,12 +8,12 @@ import shutil
 import textwrap
 
 import pytest
+from conftest import REPO, run_cli
 
 from ampcert import results
 from ampcert.certify import evaluate, load_rules
 from ampcert.certify.rules import RulePack
 from ampcert.errors import UserError
-from conftest import REPO, run_cli
 
 
 def _by(cert, rule, subject_prefix):
