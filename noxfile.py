@@ -1,4 +1,4 @@
-"""Developer sessions: `nox -s tests`, `nox -s lint`, `nox -s gpu`, `nox -s bench`."""
+"""Developer sessions: `nox -s tests`, `nox -s lint`, `nox -s gpu`, `nox -s browser`, `nox -s bench`."""
 
 import nox
 
@@ -25,6 +25,14 @@ def gpu(session: nox.Session) -> None:
     """On a CUDA machine: the gpu-marked tests (torch as installed there, CUDA build)."""
     session.install("-e", ".[dev]")
     session.run("pytest", "-m", "gpu", *session.posargs)
+
+
+@nox.session
+def browser(session: nox.Session) -> None:
+    """report.html in headless Chromium (needs `apt-get install chromium`): screenshot,
+    no console errors, no network requests."""
+    session.install(CPU_TORCH, "-e", ".[dev]")
+    session.run("pytest", "-m", "browser", *session.posargs)
 
 
 @nox.session

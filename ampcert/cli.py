@@ -35,12 +35,17 @@ def run(
     resume: Path | None = typer.Option(None, "--resume", help="finish an interrupted results folder"),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="with --resume: redo failed runs too"),
     dry_run: bool = typer.Option(False, "--dry-run", help="validate and print the run matrix only"),
+    sign_key: Path | None = typer.Option(None, "--sign-key", help="sign the report with this Ed25519 key"),
 ) -> None:
     """Run a suite: every workload x precision x seed, each in its own process."""
     from ampcert.results import ResultsDir, load
     from ampcert.runner import orchestrator as orch
     from ampcert.runner.progress import RunProgress
 
+    if sign_key is not None:  # a bad key is found before an hour of training, not after
+        from ampcert.report.sign import load_private_key
+
+        load_private_key(sign_key)
     if resume is not None:
         if suite is not None or out is not None:
             raise UserError("--resume DIR continues that folder's own suite: give no SUITE or --out")
@@ -75,7 +80,11 @@ def run(
         result_set = load(root)
         cert = _certify(root, result_set, certify_rules) if certify_rules else None
         written = summary.write(result_set)
+        report_paths = _write_report(result_set)
+        if sign_key is not None:
+            _sign(root, sign_key)
     _print_summary(result_set, written)
+    console.print(f"report: {report_paths[1]}", markup=False)
     if cert is not None:
         _print_certificate(cert, root)
     console.print(f"results: {root}  (summary: {ResultsDir(root).summary_html})")
@@ -244,14 +253,92 @@ def env(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> Non
 
 
 @app.command()
-def report(results: Path = typer.Argument(..., help="results folder written by `ampcert run`")) -> None:
-    """Re-render the summary (JSON + HTML) from stored results."""
+def report(
+    results: Path = typer.Argument(..., help="results folder written by `ampcert run`"),
+    csv: Path | None = typer.Option(None, "--csv", help="also write one row per run to this CSV file"),
+) -> None:
+    """Re-render the summary and report.json/report.html from stored results (same bytes every time)."""
     from ampcert.report import summary
     from ampcert.results import ResultsDir, load
 
     rs = load(results)
-    _print_summary(rs, summary.write(rs))
-    console.print(f"wrote {ResultsDir(results).summary_json} and {ResultsDir(results).summary_html}")
+    with _folder_lock(results):
+        written = summary.write(rs)
+        paths = _write_report(rs)
+    _print_summary(rs, written)
+    console.print(f"wrote {ResultsDir(results).summary_json}, {paths[0]} and {paths[1]}", markup=False)
+    if csv is not None:
+        try:
+            rs.frame().to_csv(csv, index=False)
+        except OSError as exc:
+            raise UserError(f"--csv {csv}: cannot write ({type(exc).__name__}: {exc.strerror})") from None
+        console.print(f"wrote {csv}", markup=False)
+
+
+def _write_report(rs):
+    from ampcert.report import render
+
+    return render.write(rs)
+
+
+def _sign(root: Path, key: Path) -> None:
+    from ampcert.report.sign import sign_results
+
+    envelope, warnings = sign_results(root, key)
+    for w in warnings:
+        err_console.print(f"ampcert: warning: {w}", markup=False, soft_wrap=True)
+    console.print(f"signed: {envelope}", markup=False, soft_wrap=True)
+
+
+@app.command()
+def keygen(
+    key: Path = typer.Argument(..., help="private key file to write (KEY; the public key goes to KEY.pub)"),
+    force: bool = typer.Option(False, "--force", help="overwrite an existing key pair"),
+) -> None:
+    """Write an Ed25519 key pair for signing reports (private key mode 0600)."""
+    from ampcert.report.sign import keygen as make_keys
+    from ampcert.report.sign import keyid, load_public_key
+
+    private, public = make_keys(key, force=force)
+    console.print(f"private key: {private} (mode 600, keep it secret)\npublic key:  {public} "
+                  f"(keyid {keyid(load_public_key(public))})", markup=False, soft_wrap=True)
+
+
+@app.command()
+def sign(
+    results: Path = typer.Argument(..., help="results folder with report.json and report.html"),
+    key: Path = typer.Option(..., "--key", help="Ed25519 private key (from `ampcert keygen`)"),
+) -> None:
+    """Sign report.json and report.html: writes report.dsse.json (DSSE, in-toto Statement v1)."""
+    if not results.is_dir():
+        raise UserError(f"{results}: results folder not found")
+    with _folder_lock(results):
+        _sign(results, key)
+
+
+@app.command()
+def verify(
+    envelope: Path = typer.Argument(..., help="report.dsse.json (its subject files must sit beside it)"),
+    pubkey: Path = typer.Option(..., "--pubkey", help="the signer's Ed25519 public key (KEY.pub)"),
+) -> None:
+    """Verify a signed report offline: signature, payload type and the digest of every subject file.
+
+    Exit 0 when everything verifies, 1 on any mismatch (with the reason), 2 on bad input."""
+    from ampcert.report.sign import VerificationError, load_public_key, verify_envelope
+
+    key = load_public_key(pubkey)
+    try:
+        result = verify_envelope(envelope, key)
+    except VerificationError as exc:
+        err_console.print(f"ampcert: NOT VERIFIED: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    console.print(f"verified: DSSE signature by key {result.keyid} over {result.payload_type}", markup=False, soft_wrap=True)
+    for name, digest in result.subjects:
+        console.print(f"verified: {name} sha256 {digest}", markup=False, soft_wrap=True)
+    pred = result.predicate
+    console.print(f"statement: suite {pred.get('suite', {}).get('name')} "
+                  f"(sha256 {str(pred.get('suite', {}).get('sha256'))[:16]}…), verdict {pred.get('verdict')}, "
+                  f"tool {pred.get('tool', {}).get('name')} {pred.get('tool', {}).get('version')}", markup=False, soft_wrap=True)
 
 
 @app.command()

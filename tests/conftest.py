@@ -44,13 +44,21 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def chromium() -> str | None:
+    import shutil
+
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
 def pytest_collection_modifyitems(config, items):
-    """`gpu` tests run where CUDA is (nox -s gpu); elsewhere they are skipped, visibly."""
+    """`gpu` tests run where CUDA is (nox -s gpu), `browser` tests where Chromium
+    is installed (nox -s browser); elsewhere they are skipped, visibly."""
     import torch
 
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (run `nox -s gpu` on a GPU machine)")
+    no_gpu = not torch.cuda.is_available()
+    no_browser = chromium() is None
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if "gpu" in item.keywords and no_gpu:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (run `nox -s gpu` on a GPU machine)"))
+        if "browser" in item.keywords and no_browser:
+            item.add_marker(pytest.mark.skip(reason="needs Chromium (apt-get install chromium; nox -s browser)"))

@@ -1,0 +1,256 @@
+"""report.json: the versioned, schema'd record of one results folder.
+
+Everything in it is derived from the stored files (plan.json, suite.yaml, the
+run results, verdicts.json, telemetry series), never from the clock or the
+machine that renders it, so rendering the same folder twice gives the same
+bytes: the file is signed, and a signature over a moving target is useless.
+``schemas/report.v1.schema.json`` is generated from :class:`Report` (a test
+keeps it in step) for readers in other languages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ampcert import __version__
+from ampcert.certify.checks import Certificate
+from ampcert.results import ResultsDir, ResultSet, RunResult
+
+REPORT_SCHEMA_VERSION = 1
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schemas" / f"report.v{REPORT_SCHEMA_VERSION}.schema.json"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SuiteInfo(_Model):
+    name: str
+    description: str = ""
+    sha256: str = Field(description="sha256 of suite.yaml as given to `ampcert run`")
+    text: str = Field(description="suite.yaml as given")
+
+
+class PolicyInfo(_Model):
+    name: str
+    sha256: str | None = None
+    effective_sha256: str | None = None
+    source: str | None = None
+    runs: int
+
+
+class PrecisionRow(_Model):
+    """One (workload, backend, amp, precision) across its seeds (repeats excluded)."""
+
+    workload: str
+    backend: str
+    amp: str
+    precision: str
+    runs: int
+    completed: int
+    failed: int
+    skipped: int
+    metric: str | None = None
+    higher_is_better: bool | None = None
+    final_metric_mean: float | None = None
+    final_metric_std: float | None = None
+    target: float | None = None
+    target_reached: str | None = Field(default=None, description="'k/n' seeds that reached the target")
+    time_to_target_s_mean: float | None = None
+    samples_per_s_mean: float | None = None
+    speedup_vs_fp32: float | None = None
+    mfu_mean: float | None = None
+    peak_memory_bytes_mean: float | None = None
+    j_per_sample_mean: float | None = None
+    accelerated: bool = True
+    capability_note: str = ""
+    verdict: Literal["PASS", "FAIL", "INCONCLUSIVE"] | None = None
+
+
+class NotMeasured(_Model):
+    what: str
+    why: str
+
+
+class Report(_Model):
+    schema_version: Literal[1] = REPORT_SCHEMA_VERSION
+    tool: str = Field(description="the ampcert version that rendered the report")
+    suite: SuiteInfo
+    device: str
+    planned_at: str | None = Field(default=None, description="when the suite was planned (from plan.json)")
+    capabilities: dict[str, Any] = Field(description="per precision: accelerated or not, measured ratio, peak FLOP/s")
+    environment: dict[str, Any] = Field(description="fingerprint taken at planning: Python, frameworks, CPU, GPUs")
+    policies: list[PolicyInfo]
+    rules: dict[str, str] | None = None
+    certificate: Certificate | None = None
+    table: list[PrecisionRow]
+    runs: list[RunResult]
+    missing_runs: list[str] = Field(default_factory=list, description="planned runs with no result")
+    methods: dict[str, list[str]] = Field(description="how each figure was obtained, as recorded by the runs")
+    not_measured: list[NotMeasured]
+
+
+# --------------------------------------------------------------------------- building
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _table(runs: list[RunResult], cert: Certificate | None) -> list[PrecisionRow]:
+    groups: dict[tuple[str, str, str, str], list[RunResult]] = {}
+    for r in runs:
+        if r.spec.repeat == 0:
+            groups.setdefault((r.spec.label, r.spec.backend, r.spec.amp, r.spec.precision), []).append(r)
+    verdicts = {(s.subject.workload, s.subject.backend, s.subject.amp, s.subject.precision): s.status
+                for s in (cert.subjects if cert else [])}
+    rows: list[PrecisionRow] = []
+    for key in sorted(groups, key=lambda k: (k[0], k[1], k[2], ["fp32", "bf16", "fp16"].index(k[3]))):
+        g = groups[key]
+        done = [r for r in g if r.status == "completed"]
+        metrics = [r.final_metric for r in done if r.final_metric is not None]
+        reached = [r for r in done if r.target_reached is not None]
+        speeds = [r.samples_per_s for r in done if r.samples_per_s]
+        first = g[0]
+        rows.append(PrecisionRow(
+            workload=key[0], backend=key[1], amp=key[2], precision=key[3], runs=len(g), completed=len(done),
+            failed=sum(r.status == "failed" for r in g), skipped=sum(r.status == "skipped" for r in g),
+            metric=first.metric, higher_is_better=first.higher_is_better,
+            final_metric_mean=_mean(metrics),
+            final_metric_std=statistics.stdev(metrics) if len(metrics) > 1 else None,
+            target=first.spec.train.target,
+            target_reached=f"{sum(bool(r.target_reached) for r in reached)}/{len(reached)}" if reached else None,
+            time_to_target_s_mean=_mean([r.time_to_target_s for r in done if r.time_to_target_s is not None]),
+            samples_per_s_mean=_mean(speeds),
+            mfu_mean=_mean([r.mfu for r in done if r.mfu is not None]),
+            peak_memory_bytes_mean=_mean([r.peak_memory.value for r in done
+                                          if r.peak_memory and r.peak_memory.value is not None]),
+            j_per_sample_mean=_mean([e for e in (_energy(r) for r in done) if e is not None]),
+            accelerated=all(r.accelerated for r in g), capability_note=first.capability_note,
+            verdict=verdicts.get(key),
+        ))
+    fp32 = {(r.workload, r.backend, r.amp): r.samples_per_s_mean for r in rows if r.precision == "fp32"}
+    for row in rows:
+        base = fp32.get((row.workload, row.backend, row.amp))
+        if base and row.samples_per_s_mean:
+            row.speedup_vs_fp32 = row.samples_per_s_mean / base
+    return rows
+
+
+def _energy(r: RunResult) -> float | None:
+    return ((r.telemetry or {}).get("energy") or {}).get("train_j_per_sample")
+
+
+def _methods(runs: list[RunResult]) -> dict[str, list[str]]:
+    found: dict[str, set[str]] = {k: set() for k in ("step_time", "peak_memory", "peak_flops", "energy", "flops")}
+    for r in runs:
+        if r.step_time:
+            found["step_time"].add(r.step_time.method)
+        if r.peak_memory:
+            found["peak_memory"].add(r.peak_memory.method)
+        if r.peak_flops:
+            found["peak_flops"].add(r.peak_flops.method)
+        energy = (r.telemetry or {}).get("energy") or {}
+        if energy.get("method"):
+            found["energy"].add(f"{energy.get('scope')}: {energy['method']}")
+        if r.flops_per_step:
+            found["flops"].add("jax: XLA cost analysis of the compiled step" if r.spec.backend == "jax"
+                               else "torch.utils.flop_counter (forward + backward, one batch)")
+    return {k: sorted(v) for k, v in found.items()}
+
+
+def _not_measured(runs: list[RunResult], capabilities: dict[str, Any]) -> list[NotMeasured]:
+    out: dict[str, str] = {}
+    for r in runs:
+        tel = r.telemetry or {}
+        energy = tel.get("energy") or {}
+        if tel and energy.get("train_j") is None and energy.get("reason"):
+            out.setdefault("energy per sample", energy["reason"])
+        gpu = tel.get("gpu") or {}
+        if tel and not gpu.get("available") and gpu.get("statement"):
+            out.setdefault("GPU power, energy and utilisation", gpu["statement"])
+        if r.status == "completed" and r.flops_per_step is None:
+            out.setdefault("FLOPs and MFU", f"{r.run_id}: the FLOP counter could not count this model")
+        if r.status == "completed" and not tel:
+            out.setdefault("telemetry", f"{r.run_id}: no telemetry summary recorded")
+    for precision, cap in sorted(capabilities.items()):
+        if not cap.get("accelerated", True):
+            out.setdefault(f"{precision} speed-up", f"{cap.get('note', '')}: speed and memory gains are advisory")
+    return [NotMeasured(what=k, why=v) for k, v in out.items()]
+
+
+def build_report(rs: ResultSet) -> Report:
+    rd = ResultsDir(rs.root)
+    plan = rd.read_plan()
+    suite_text = rd.suite_file.read_text(encoding="utf-8") if rd.suite_file.exists() else ""
+    description = ""
+    try:
+        import yaml
+
+        doc = yaml.safe_load(suite_text)
+        description = str(doc.get("description", "")) if isinstance(doc, dict) else ""
+    except Exception:  # noqa: BLE001 - the stored suite was valid when run; a reader must not fail on it
+        description = ""
+    cert = None
+    if rd.verdicts_file.exists():
+        cert = Certificate.model_validate_json(rd.verdicts_file.read_text(encoding="utf-8"))
+    runs = sorted(rs.runs, key=lambda r: r.run_id)
+    policies: dict[tuple, int] = {}
+    for r in runs:
+        pol = r.amp_policy or {}
+        key = (pol.get("name") or "none", pol.get("sha256"), pol.get("effective_sha256"), pol.get("source"))
+        policies[key] = policies.get(key, 0) + 1
+    return Report(
+        tool=f"ampcert {__version__}",
+        suite=SuiteInfo(name=rs.suite_name, description=description,
+                        sha256=plan.get("suite_sha256") or hashlib.sha256(suite_text.encode()).hexdigest(),
+                        text=suite_text),
+        device=plan.get("device", ""), planned_at=plan.get("created_at"),
+        capabilities=plan.get("capabilities", {}), environment=plan.get("environment", {}),
+        policies=[PolicyInfo(name=k[0], sha256=k[1], effective_sha256=k[2], source=k[3], runs=n)
+                  for k, n in sorted(policies.items(), key=lambda kv: str(kv[0]))],
+        rules=cert.rules if cert else None, certificate=cert, table=_table(runs, cert), runs=runs,
+        missing_runs=sorted(rs.missing), methods=_methods(runs),
+        not_measured=_not_measured(runs, plan.get("capabilities", {})),
+    )
+
+
+def report_json(report: Report) -> str:
+    """The canonical text of report.json (sorted keys, fixed indentation)."""
+    return json.dumps(report.model_dump(mode="json"), sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+
+
+def json_schema() -> str:
+    return json.dumps(Report.model_json_schema(), sort_keys=True, indent=1) + "\n"
+
+
+def load_report(path: str | Path) -> Report:
+    """A report.json read back (validated against the model)."""
+    from ampcert.errors import UserError
+
+    p = Path(path)
+    try:
+        return Report.model_validate_json(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{p}: expected a readable report.json, got {type(exc).__name__}") from None
+    except ValueError as exc:
+        first = str(exc).splitlines()[0]
+        raise UserError(f"{p}: not an ampcert report (schema v{REPORT_SCHEMA_VERSION}): {first}") from None
+
+
+def runs_frame(path: str | Path):
+    """One pandas row per run of a report.json (or a results folder): for dashboards."""
+    p = Path(path)
+    if p.is_dir():
+        from ampcert.results import load
+
+        return load(p).frame()
+    report = load_report(p)
+    rs = ResultSet(p.parent, report.suite.name, [r.spec for r in report.runs], report.runs, report.missing_runs)
+    return rs.frame()

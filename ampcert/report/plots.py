@@ -1,0 +1,167 @@
+"""The report's plots as inline SVG, byte-for-byte reproducible.
+
+matplotlib's SVG backend is deterministic once three things are pinned: the
+hash salt behind element ids (set per figure, so ids never collide between
+the figures of one page), the ``Date`` metadata (dropped), and text kept as
+text (``svg.fonttype: none``) so no font outlines depend on the fonts
+installed. Colours are fixed per precision. Every function returns an SVG
+string without the XML prolog, ready to inline, or None when the data for
+that plot does not exist (the page then says what is missing).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("svg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+from ampcert.results import RunResult  # noqa: E402
+
+COLOURS = {"fp32": "#1f4e79", "bf16": "#2e8b57", "fp16": "#c0504d"}
+_STYLE = {"svg.fonttype": "none", "font.size": 9, "axes.titlesize": 10, "figure.dpi": 72,
+          "axes.spines.top": False, "axes.spines.right": False, "font.family": "sans-serif"}
+
+
+def _svg(fig, salt: str) -> str:
+    buf = io.StringIO()
+    with plt.rc_context({"svg.hashsalt": f"ampcert-{salt}"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None}, bbox_inches="tight")
+    plt.close(fig)
+    text = buf.getvalue()
+    text = text[text.index("<svg"):]
+    # The RDF metadata block only names namespaces and the creator; drop it.
+    start, end = text.find("<metadata>"), text.find("</metadata>")
+    if start != -1 and end != -1:
+        text = text[:start] + text[end + len("</metadata>"):]
+    return text
+
+
+def _figure(title: str, xlabel: str, ylabel: str):
+    with plt.rc_context(_STYLE):
+        fig, ax = plt.subplots(figsize=(5.6, 3.0))
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def _by_precision(runs: Sequence[RunResult]) -> list[tuple[str, list[RunResult]]]:
+    order = ["fp32", "bf16", "fp16"]
+    groups: dict[str, list[RunResult]] = {}
+    for r in sorted(runs, key=lambda r: (r.spec.seed, r.spec.repeat)):
+        if r.spec.repeat == 0 and r.status == "completed":
+            groups.setdefault(r.spec.precision, []).append(r)
+    return [(p, groups[p]) for p in order if p in groups]
+
+
+def loss_curves(label: str, runs: Sequence[RunResult]) -> str | None:
+    groups = _by_precision(runs)
+    if not groups:
+        return None
+    with plt.rc_context(_STYLE):
+        fig, ax = _figure(f"{label}: training loss", "step", "loss")
+        for precision, rs in groups:
+            for i, r in enumerate(rs):
+                steps = [s + 1 for s, v in enumerate(r.loss) if v is not None]
+                ax.plot(steps, [v for v in r.loss if v is not None], color=COLOURS[precision], lw=0.8,
+                        alpha=0.9 if i == 0 else 0.35, label=precision if i == 0 else None)
+        ax.legend(frameon=False)
+        return _svg(fig, f"loss-{label}")
+
+
+def eval_curves(label: str, runs: Sequence[RunResult]) -> str | None:
+    groups = _by_precision(runs)
+    if not groups or not any(r.evals for _, rs in groups for r in rs):
+        return None
+    with plt.rc_context(_STYLE):
+        fig, ax = _figure(f"{label}: {groups[0][1][0].metric} over training time", "training time (s)",
+                          groups[0][1][0].metric or "metric")
+        for precision, rs in groups:
+            for i, r in enumerate(rs):
+                ax.plot([e.train_time_s for e in r.evals], [e.value for e in r.evals], marker="o", ms=2.5,
+                        color=COLOURS[precision], lw=0.9, alpha=0.9 if i == 0 else 0.35,
+                        label=precision if i == 0 else None)
+        target = groups[0][1][0].spec.train.target
+        if target is not None:
+            ax.axhline(target, color="#888888", lw=0.8, ls="--", label="target")
+        ax.legend(frameon=False)
+        return _svg(fig, f"eval-{label}")
+
+
+def loss_scale(label: str, runs: Sequence[RunResult]) -> str | None:
+    scaled = [(p, [r for r in rs if r.loss_scale]) for p, rs in _by_precision(runs)]
+    scaled = [(p, rs) for p, rs in scaled if rs]
+    if not scaled:
+        return None
+    with plt.rc_context(_STYLE):
+        fig, ax = _figure(f"{label}: loss scale (x = skipped step)", "step", "scale")
+        ax.set_yscale("log", base=2)
+        for precision, rs in scaled:
+            for i, r in enumerate(rs):
+                steps = list(range(1, len(r.loss_scale) + 1))
+                ax.step(steps, r.loss_scale, where="post", color=COLOURS[precision], lw=0.9,
+                        alpha=0.9 if i == 0 else 0.35, label=f"{precision} seed {r.spec.seed}" if i < 3 else None)
+                skipped = [s for s in (r.skipped_steps or []) if 1 <= s <= len(r.loss_scale)]
+                ax.plot(skipped, [r.loss_scale[s - 1] for s in skipped], "x", color="#000000", ms=4)
+        ax.legend(frameon=False)
+        return _svg(fig, f"scale-{label}")
+
+
+def _power_series(path: Path) -> tuple[list[float], dict[str, list[float | None]]]:
+    with path.open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    cols = [c for c in (rows[0].keys() if rows else []) if c.endswith("power_w") or c.endswith("package_w")]
+    t = [float(r["t_s"]) for r in rows]
+    series = {c: [float(r[c]) if r.get(c) not in (None, "") else None for r in rows] for c in cols}
+    return t, {c: v for c, v in series.items() if any(x is not None for x in v)}
+
+
+def power(label: str, runs: Sequence[RunResult], root: Path) -> str | None:
+    """Power over time of the first completed run of each precision, from its telemetry.csv."""
+    traces = []
+    for precision, rs in _by_precision(runs):
+        path = root / "runs" / rs[0].run_id / "telemetry.csv"
+        if path.is_file():
+            t, series = _power_series(path)
+            for col, values in series.items():
+                traces.append((precision, col, t, values))
+    if not traces:
+        return None
+    with plt.rc_context(_STYLE):
+        fig, ax = _figure(f"{label}: power (seed {min(r.spec.seed for r in runs)})", "time in run (s)", "W")
+        for precision, col, t, values in traces:
+            pts = [(a, b) for a, b in zip(t, values, strict=True) if b is not None]
+            ax.plot([a for a, _ in pts], [b for _, b in pts], color=COLOURS[precision], lw=0.8,
+                    label=f"{precision} {col}")
+        ax.legend(frameon=False, fontsize=7)
+        return _svg(fig, f"power-{label}")
+
+
+def bars(title: str, labels: list[str], values: list[float | None], unit: str, salt: str,
+         reference: float | None = None) -> str | None:
+    """A bar per precision; bars without a value are left out and named in the caption."""
+    pts = [(lab, v) for lab, v in zip(labels, values, strict=True) if v is not None]
+    if not pts:
+        return None
+    with plt.rc_context(_STYLE):
+        fig, ax = plt.subplots(figsize=(3.6, 2.6))
+        ax.set_title(title)
+        ax.bar([p for p, _ in pts], [v for _, v in pts],
+               color=[COLOURS.get(p.split()[0], "#777777") for p, _ in pts])
+        for i, (_, v) in enumerate(pts):
+            ax.annotate(f"{v:.3g}", (i, v), ha="center", va="bottom", fontsize=8)
+        if reference is not None:
+            ax.axhline(reference, color="#888888", lw=0.8, ls="--")
+        ax.set_ylabel(unit)
+        missing = [lab for lab, v in zip(labels, values, strict=True) if v is None]
+        if missing:
+            ax.set_xlabel(f"not measured: {', '.join(missing)}", fontsize=7)
+        return _svg(fig, salt)

@@ -1,0 +1,76 @@
+"""Render report.json and report.html for a results folder, reproducibly.
+
+``write(root)`` builds the :class:`~ampcert.report.model.Report`, writes
+``report.json`` (canonical JSON) and ``report.html`` (one self-contained file:
+inline CSS and SVG, a Content-Security-Policy that forbids any fetch, every
+string from suites or results escaped by jinja2's autoescaping) atomically.
+The same folder always renders to the same bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from ampcert.report import plots
+from ampcert.report.model import Report, build_report, report_json
+from ampcert.report.summary import fmt
+from ampcert.results import ResultSet, atomic_write_text, load
+
+REPORT_JSON, REPORT_HTML = "report.json", "report.html"
+
+_env = Environment(loader=PackageLoader("ampcert", "report/templates"),
+                   autoescape=select_autoescape(default=True, default_for_string=True))
+_env.filters["fmt"] = fmt
+
+
+def _workloads(report: Report, root: Path) -> list[dict]:
+    out = []
+    keys = []
+    for row in report.table:
+        k = (row.workload, row.backend, row.amp)
+        if k not in keys:
+            keys.append(k)
+    for label, backend, amp in keys:
+        rows = [r for r in report.table if (r.workload, r.backend, r.amp) == (label, backend, amp)]
+        runs = [r for r in report.runs if (r.spec.label, r.spec.backend, r.spec.amp) == (label, backend, amp)]
+        salt = f"{label}-{backend}-{amp}"
+        made = {
+            "loss curves": plots.loss_curves(salt, runs),
+            "eval metric over time": plots.eval_curves(salt, runs),
+            "loss scale": plots.loss_scale(salt, runs),
+            "power over time": plots.power(salt, runs, root),
+            "speed-up": plots.bars(f"{label}: speed-up vs fp32", [r.precision for r in rows],
+                                   [r.speedup_vs_fp32 for r in rows], "x fp32", f"speedup-{salt}", reference=1.0),
+            "energy per sample": plots.bars(f"{label}: energy per sample", [r.precision for r in rows],
+                                            [r.j_per_sample_mean for r in rows], "J", f"energy-{salt}"),
+        }
+        missing = [name for name, svg in made.items() if svg is None]
+        reasons = {"loss scale": "no run used a loss scaler", "power over time": "no power readings in telemetry",
+                   "energy per sample": "energy not measured", "speed-up": "no fp32 reference throughput"}
+        out.append({"label": label, "backend": backend, "amp": amp, "rows": rows,
+                    "plots": [svg for svg in made.values() if svg is not None],
+                    "missing_plots": [f"{m} ({reasons.get(m, 'no data')})" for m in missing]})
+    return out
+
+
+def render_html(report: Report, root: Path) -> str:
+    cert = report.certificate
+
+    def verdicts_of(subject):
+        return [v for v in (cert.verdicts if cert else []) if v.subject.key() == subject.key()]
+
+    return _env.get_template("report.html.j2").render(r=report, workloads=_workloads(report, root),
+                                                      verdicts_of=verdicts_of)
+
+
+def write(rs: ResultSet | str | Path) -> tuple[Path, Path]:
+    """Write report.json and report.html into the results folder; returns their paths."""
+    if not isinstance(rs, ResultSet):
+        rs = load(rs)
+    report = build_report(rs)
+    root = Path(rs.root)
+    atomic_write_text(root / REPORT_JSON, report_json(report))
+    atomic_write_text(root / REPORT_HTML, render_html(report, root))
+    return root / REPORT_JSON, root / REPORT_HTML
