@@ -1,11 +1,21 @@
 """What a workload is: the contract between a model and the training loop.
 
 A workload is an object with a name, a pydantic ``Params`` model for its
-knobs, the metric it is judged by, and a ``build(params, seed, device)`` that
-returns a :class:`TorchTask`: the model, its data already in memory as
-tensors, its loss, optimizer and evaluation. The backend owns everything
-else (precision, loss scaling, batching order, timing), so one workload runs
-unchanged in fp32, fp16 and bf16.
+knobs, the metric it is judged by (``metric``, ``higher_is_better``), a
+``default_budget(params)`` (target quality, step cap, evaluation interval),
+and a ``build(params, seed, device)`` that returns a :class:`TorchTask`: the
+model, its data already in memory as tensors, its loss, optimizer and
+evaluation. For the JAX backend it also has ``build_jax(params, seed,
+device)`` returning a :class:`~ampcert.workloads.jax_models.JaxTask`. The
+backend owns everything else (precision, loss scaling, batch order, timing,
+FLOP counting), so one workload runs unchanged in fp32, fp16 and bf16. The
+built-in workloads are written against exactly this protocol; docs/workloads.md
+walks through a user's own (examples/custom_workload/).
+
+``build`` is called after the harness seeded python, numpy and torch with the
+run's seed, so initial weights drawn from torch's global generator follow the
+seed; data splits should not (every seed and precision is scored on the same
+evaluation set).
 """
 
 from __future__ import annotations
@@ -43,6 +53,9 @@ class TorchTask:
     augment: Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]] | None = None
     # Provenance the result should carry: source paths, sha256 of the data, sizes.
     data_info: dict[str, Any] = field(default_factory=dict)
+    # FLOPs of one training step (forward + backward), when the workload knows
+    # better than torch.utils.flop_counter (custom kernels); None: counted.
+    flops_per_step: float | None = None
 
 
 def warmup_cosine(warmup_steps: int, max_steps: int, floor: float = 0.1) -> Callable[[int], float]:
@@ -88,6 +101,8 @@ class Workload(Protocol):
 
     def default_budget(self, params: Any) -> Budget: ...
 
-    # Optional, not part of the runtime check: ``check(params) -> None`` validates
-    # data sources cheaply (paths exist, headers parse) and raises DataError, so
-    # bad data is reported before any run starts.
+    # Optional, not part of the runtime check:
+    # - ``check(params) -> None`` validates data sources cheaply (paths exist,
+    #   headers parse) and raises DataError, so bad data is reported before any
+    #   run starts;
+    # - ``build_jax(params, seed, device) -> JaxTask`` for `backend: jax`.

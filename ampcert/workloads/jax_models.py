@@ -49,10 +49,15 @@ LN_EPS = 1e-5
 
 @dataclass
 class JaxTask:
-    """A workload ready for the JAX backend.
+    """A workload ready for the JAX backend (what ``build_jax`` returns).
 
-    ``apply(params, state, x, train) -> (logits, new_state)``; ``state`` holds
-    non-trained buffers (BatchNorm running statistics), possibly empty.
+    ``apply(params, state, x, train) -> (logits, new_state)`` is the model;
+    ``state`` holds non-trained buffers (BatchNorm running statistics), and may
+    be empty. The optimizer is an optax transformation at learning rate 1: the
+    backend scales its updates by ``base_lr * lr_lambda(step - 1)``. Data is in
+    memory as numpy arrays; the backend draws index batches in the same order
+    as the torch backend for a seed, and ``augment(x, y, step)`` (numpy in,
+    numpy out) must depend only on its inputs and the step.
     """
 
     params: Params
@@ -63,7 +68,17 @@ class JaxTask:
     evaluate: Callable[[Callable[[np.ndarray], jax.Array], np.ndarray, np.ndarray], float]
     optimizer: optax.GradientTransformation
     base_lr: float
-    torch_task: TorchTask
+    train_x: np.ndarray
+    train_y: np.ndarray
+    eval_x: np.ndarray
+    eval_y: np.ndarray
+    batch_size: int
+    lr_lambda: Callable[[int], float] | None = None
+    augment: Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]] | None = None
+    data_note: str = ""
+    data_info: dict[str, Any] = field(default_factory=dict)
+    # The torch twin this task was converted from, for the built-in workloads.
+    torch_task: TorchTask | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -274,8 +289,22 @@ def _task(task: TorchTask, apply, evaluate) -> JaxTask:
     params = {n: to_jax(t) for n, t in named.items()}
     state = {n: to_jax(t) for n, t in model.named_buffers() if not n.endswith("num_batches_tracked")}
     optimizer, base_lr = optimizer_from_torch(task.make_optimizer(model.parameters()), names)
+    augment = None
+    if task.augment is not None:
+        import torch
+
+        torch_augment = task.augment
+
+        def augment(x, y, step):  # the torch twin's own augmentation, on numpy batches
+            ax, ay = torch_augment(torch.from_numpy(x), torch.from_numpy(y), step)
+            return ax.numpy(), ay.numpy()
+
     return JaxTask(params=params, state=state, apply=apply, loss_fn=cross_entropy, evaluate=evaluate,
-                   optimizer=optimizer, base_lr=base_lr, torch_task=task,
+                   optimizer=optimizer, base_lr=base_lr,
+                   train_x=task.train_x.cpu().numpy(), train_y=task.train_y.cpu().numpy(),
+                   eval_x=task.eval_x.cpu().numpy(), eval_y=task.eval_y.cpu().numpy(),
+                   batch_size=task.batch_size, lr_lambda=task.lr_lambda, augment=augment,
+                   data_note=task.data_note, data_info=task.data_info, torch_task=task,
                    info={"parameters": int(sum(np.prod(v.shape) for v in params.values()))})
 
 

@@ -1,9 +1,20 @@
 """Find workloads by name.
 
-Built-in workloads are registered by name and imported only when used, so
-listing them or validating a suite stays cheap. A suite may also name any
-object that meets :class:`~ampcert.workloads.base.Workload` by import path,
-``package.module:attribute``.
+A suite names a workload in one of three ways, all resolved here:
+
+- a built-in name (``resnet``, ``gpt``, ...), imported only when used, so
+  listing them or validating a suite stays cheap;
+- a name that an installed package registers in the ``ampcert.workloads``
+  entry-point group (``[project.entry-points."ampcert.workloads"]`` in its
+  pyproject.toml: ``mymodel = "mypkg.models:WORKLOAD"``);
+- an import path, ``package.module:attribute``.
+
+The object must meet :class:`~ampcert.workloads.base.Workload`. A name that
+resolves to nothing, a path that does not import, or an object that lacks
+the protocol is a one-line error naming the workload, found when the suite
+is planned (exit code 2, before any training); an exception inside the
+workload's own ``build`` fails that run, with the reason, and the suite goes
+on.
 """
 
 from __future__ import annotations
@@ -28,24 +39,34 @@ BUILTIN: dict[str, str] = {
 }
 
 
+ENTRY_POINT_GROUP = "ampcert.workloads"
+
+
+def plugins() -> dict[str, str]:
+    """Workloads registered by installed packages: name -> 'module:attribute'."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in BUILTIN}
+
+
 def names() -> list[str]:
-    return sorted(BUILTIN)
+    return sorted({*BUILTIN, *plugins()})
 
 
 def get(name: str) -> Workload:
-    """The workload object for a registered name or an import path.
+    """The workload object for a built-in name, an entry-point name or an import path.
 
     Raises UserError with one line when the name is unknown, the import
     fails, or the object does not meet the protocol.
     """
     from ampcert.workloads.base import Workload
 
-    target = BUILTIN.get(name)
+    target = BUILTIN.get(name) or (plugins().get(name) if ":" not in name else None)
     if target is None:
         if ":" not in name:
             raise UserError(
-                f"unknown workload {name!r}: expected one of {', '.join(names())} "
-                "or an import path 'package.module:attribute'"
+                f"unknown workload {name!r}: expected one of {', '.join(names())}, a name registered "
+                f"in the {ENTRY_POINT_GROUP!r} entry-point group, or an import path 'package.module:attribute'"
             )
         target = name
     module_name, _, attr = target.partition(":")
@@ -55,9 +76,12 @@ def get(name: str) -> Workload:
     except Exception as exc:  # noqa: BLE001 - any import failure is the user's to fix
         raise UserError(f"workload {name!r} does not import: {type(exc).__name__}: {exc}") from None
     if not isinstance(obj, Workload):
+        missing = [a for a in ("name", "summary", "metric", "higher_is_better", "Params", "build",
+                               "default_budget") if not hasattr(obj, a)]
         raise UserError(
             f"workload {name!r} is a {type(obj).__name__}, which lacks the workload protocol "
-            "(name, summary, metric, higher_is_better, Params, build)"
+            f"(missing: {', '.join(missing) or 'a callable build/default_budget'}; "
+            "see docs/workloads.md)"
         )
     return obj
 
