@@ -1,0 +1,75 @@
+"""The documentation cannot rot: every `runnable` block in docs/*.md runs, in page order,
+in one scratch folder, and every suite field is documented."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+DOCS = REPO / "docs"
+FENCE = re.compile(r"^```(\w+) runnable\n(.*?)^```", re.S | re.M)
+
+
+def pages() -> list[Path]:
+    """Pages in the order docs/README.md lists them."""
+    index = (DOCS / "README.md").read_text()
+    return [DOCS / name for name in re.findall(r"\]\(([\w-]+\.md)\)", index)]
+
+
+def blocks(page: Path) -> list[tuple[str, str]]:
+    return FENCE.findall(page.read_text())
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("docs")
+    for name in ("suites", "configs", "examples"):
+        (folder / name).symlink_to(REPO / name)
+    return folder
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    env["COLUMNS"] = "160"
+    return env
+
+
+def test_the_index_lists_every_page():
+    listed = {p.name for p in pages()}
+    assert listed == {p.name for p in DOCS.glob("*.md")} - {"README.md"}
+    assert all(p.is_file() for p in pages())
+
+
+@pytest.mark.parametrize("page", [p.name for p in pages()])
+def test_runnable_blocks(page, scratch):
+    for lang, code in blocks(DOCS / page):
+        if lang == "python":
+            cmd = [sys.executable, "-c", code]
+        else:
+            assert lang == "bash", lang
+            cmd = ["bash", "-o", "pipefail", "-c", code]
+        proc = subprocess.run(cmd, cwd=scratch, env=_env(), capture_output=True, text=True, timeout=600)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, f"{page}: block failed:\n{code}\n---\n{out[-3000:]}"
+        assert "Traceback" not in out, f"{page}:\n{code}\n---\n{out[-3000:]}"
+
+
+def test_every_suite_field_is_documented():
+    from ampcert.spec import Suite, TelemetryConfig, TrainBudget, WorkloadEntry
+
+    text = (DOCS / "suites.md").read_text()
+    for model in (Suite, WorkloadEntry, TrainBudget, TelemetryConfig):
+        for name in model.model_fields:
+            assert f"| `{name}` |" in text, f"{model.__name__}.{name} is not in docs/suites.md"
+
+
+def test_readme_links_the_docs():
+    assert "docs/README.md" in (REPO / "README.md").read_text()
