@@ -424,6 +424,108 @@ def _audit_jax(policy: str | None, dtype: str | None) -> None:
     console.print(f"all {len(rows)} primitives and {len(regions)} region kinds as the policy says", markup=False)
 
 
+@app.command()
+def compare(
+    baseline: Path = typer.Argument(..., help="the baseline: a report.json or a results folder"),
+    new: Path = typer.Argument(..., help="the candidate: a report.json or a results folder"),
+    gate_file: Path | None = typer.Option(None, "--gate", help="gate settings laid over configs/gate.yaml"),
+    json_out: Path | None = typer.Option(None, "--json", help="write the full result as JSON"),
+    markdown: Path | None = typer.Option(None, "--markdown", help="write a Markdown summary (a CI job summary)"),
+) -> None:
+    """Regression gate: NEW against BASELINE, per workload, backend, AMP and precision.
+
+    A metric regresses when it is worse by more than its threshold AND the change
+    is significant over the repeated samples (steps within runs, seeds across runs);
+    a verdict that FAILs now but did not before, or runs that fail now, regress too.
+    Exit 0: no regression; 1: regression; 2: bad input (e.g. different suites)."""
+    from ampcert import gate
+
+    result = gate.compare(gate.load_source(baseline), gate.load_source(new), gate.load_gate(gate_file))
+    _print_gate(result)
+    for path in gate.write_outputs(result, json_out, markdown):
+        console.print(f"wrote {path}", markup=False)
+    if result.status == "FAIL":
+        raise typer.Exit(1)
+
+
+def _print_gate(result) -> None:
+    from ampcert import gate
+
+    b, c = result.baseline, result.candidate
+    for name, side in (("baseline ", b), ("candidate", c)):
+        cert = f", certificate {side.certificate}" if side.certificate else ""
+        console.print(f"{name} {side.path} ({side.kind}, suite {side.suite}, {side.runs} runs, "
+                      f"{', '.join(side.devices)}{cert})", markup=False, highlight=False, soft_wrap=True)
+    table = Table(*[gate.HEADERS.get(k, k) for k in gate.COLUMNS],
+                  title=f"regression gate {result.gate['name']}: worse beyond the threshold AND significant")
+    style = {"REGRESSION": "bold red", "INCONCLUSIVE": "yellow", "IMPROVED": "green"}
+    for row in gate.table_rows(result):
+        cells = [row[k] for k in gate.COLUMNS]
+        cells[-1] = f"[{style[row['status']]}]{row['status']}[/]" if row["status"] in style else row["status"]
+        table.add_row(*cells)
+    console.print(table)
+    for v in result.verdict_changes:
+        tag = "REGRESSION " if v.regression else ""
+        what = f"rule {v.rule}" if v.rule else "certificate"
+        console.print(f"{tag}{v.subject}: {what} {v.baseline} -> {v.candidate}" + (f": {v.summary}" if v.rule else ""),
+                      markup=False, highlight=False, soft_wrap=True)
+    for f in result.run_failures:
+        console.print(f"{'REGRESSION ' if f.regression else ''}{f.subject}: {f.candidate_failed}/{f.runs} run(s) "
+                      f"failed (baseline {f.baseline_failed}): {'; '.join(f.reasons)}",
+                      markup=False, highlight=False, soft_wrap=True)
+    tests = gate.tests_used(result)
+    if tests:
+        console.print("tests: " + "; ".join(tests), markup=False, highlight=False, soft_wrap=True)
+    for note in result.notes:
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+    if result.status == "FAIL":
+        console.print(f"[bold red]FAIL[/]: {len(result.regressions)} regression(s)")
+        for line in result.regressions:
+            console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+    else:
+        console.print("[bold green]PASS[/]: no regression")
+
+
+@app.command("plan")
+def plan_cmd(
+    report: Path = typer.Argument(..., help="a report.json or a results folder"),
+    target_samples: int = typer.Option(..., "--target-samples", help="training samples to plan for (N)"),
+    gpus: int = typer.Option(1, "--gpus", help="devices to spread them over (K); linear scaling assumed"),
+    price_per_gpu_hour: float | None = typer.Option(None, "--price-per-gpu-hour", help="overrides the pricing table"),
+    pricing: Path | None = typer.Option(None, "--pricing", help="price table (default configs/pricing.yaml)"),
+    csv: Path | None = typer.Option(None, "--csv", help="also write the plan as CSV"),
+    json_out: Path | None = typer.Option(None, "--json", help="also write the plan as JSON"),
+) -> None:
+    """Capacity plan: wall time, GPU-hours, energy and cost of training N samples on K
+    devices in each precision, from measured throughput and energy per sample."""
+    from ampcert import gate
+    from ampcert import plan as planning
+    from ampcert.results import atomic_write_text
+
+    source = gate.load_source(report)
+    cp = planning.capacity_plan(source.runs, target_samples, gpus, price_per_gpu_hour, pricing)
+    if not cp.rows:
+        raise UserError(f"{report}: no run results to plan from")
+    rows = planning.table_rows(cp)
+    devices = sorted({row["device"] for row in rows})
+    columns = [k for k in rows[0] if k != "device" or len(devices) > 1]
+    table = Table(*columns, title=f"suite {source.suite_name}: {cp.target_samples:,} samples on {cp.gpus} x "
+                  f"{devices[0] if len(devices) == 1 else 'device'}; ranges: slowest to fastest seed")
+    for row in rows:
+        table.add_row(*[row[k] for k in columns])
+    console.print(table)
+    for line in cp.assumptions + planning.notes(cp):
+        console.print(f"note: {line}", markup=False, highlight=False, soft_wrap=True)
+    for path, text in ((csv, planning.csv_text(cp)), (json_out, cp.model_dump_json(indent=1) + "\n")):
+        if path is None:
+            continue
+        try:
+            atomic_write_text(path, text)
+        except OSError as exc:
+            raise UserError(f"{path}: cannot write ({type(exc).__name__}: {exc.strerror or exc})") from None
+        console.print(f"wrote {path}", markup=False)
+
+
 def main() -> None:
     try:
         app()

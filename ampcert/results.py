@@ -112,6 +112,8 @@ class RunResult(_Model):
     loss: list[float | None] = Field(default_factory=list, description="training loss per step; null where non-finite")
     evals: list[EvalPoint] = Field(default_factory=list)
     step_time: StepTimes | None = None
+    step_times_ms: list[float] | None = Field(
+        default=None, description="each timed training step in ms (0.001 ms resolution), in order; the samples behind step_time and the regression gate")
     peak_memory: Measured | None = None
     telemetry: dict[str, Any] | None = Field(
         default=None, description="ampcert.telemetry summary: energy per phase and per training sample, "

@@ -95,3 +95,35 @@ class Nondeterministic(_Fault):
 raising, nan, hang, killed, badbuilder = Raising(), NaNLoss(), Hang(), Killed(), BadBuilder()
 spiky, nondeterministic = Spiky(), Nondeterministic()
 not_a_workload = object()
+
+
+class Slow(_Fault):
+    """Each step first spins for 15% of the median compute time of the steps
+    before it (the last nine): the same training, 15% slower, whatever the
+    machine's speed. It spins rather than sleeps, as slower code would: on a
+    busy machine a sleeping process waits for a core to wake up on, which
+    would slow it by more than 15%. The hook runs inside the timed step."""
+
+    name = "slow"
+    fraction = 0.15
+
+    def build(self, params, seed, device):
+        self._last: float | None = None
+        self._spun = 0.0
+        self._compute: list[float] = []
+        return super().build(params, seed, device)
+
+    def at_step(self, step, x):
+        now = time.perf_counter()
+        if self._last is not None:
+            self._compute.append(now - self._last - self._spun)
+        self._last, self._spun = now, 0.0
+        if self._compute:
+            recent = sorted(self._compute[-9:])
+            until = now + self.fraction * recent[len(recent) // 2]
+            while time.perf_counter() < until:
+                pass
+            self._spun = time.perf_counter() - now
+        return x
+
+slow = Slow()

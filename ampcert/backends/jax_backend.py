@@ -89,7 +89,13 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     import optax
 
     from ampcert.amp.jax import DynamicLossScale, all_finite, autocast, jax_policy, select_tree
-    from ampcert.backends.torch_backend import RunFailed, _batches, seed_everything, step_time_stats
+    from ampcert.backends.torch_backend import (
+        RunFailed,
+        _batches,
+        seed_everything,
+        step_time_stats,
+        step_times_ms,
+    )
     from ampcert.workloads import registry
 
     out: dict[str, Any] = {}
@@ -272,6 +278,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         data_info=tt.data_info or None,
         step_time=step_time_stats(durations, "perf_counter around each step, blocked until ready "
                                              "(the first, compiling step excluded)"),
+        step_times_ms=step_times_ms(durations),
         peak_memory=_peak_memory(jdev),
         weights_sha256=params_digest(params),
     )

@@ -118,6 +118,11 @@ def step_time_stats(seconds: list[float], method: str) -> dict[str, Any] | None:
     }
 
 
+def step_times_ms(seconds: list[float]) -> list[float] | None:
+    """Per-step durations in ms rounded to 1 us: compact, and finer than the clock's noise."""
+    return [round(s * 1e3, 3) for s in seconds] or None
+
+
 class _StepClock:
     """Per-step durations without a per-step host sync: CUDA events on GPU,
     perf_counter on CPU (where kernels run synchronously)."""
@@ -341,6 +346,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         data_share=data_s / train_s if train_s > 0 else None,
         data_info=task.data_info or None,
         step_time=step_time_stats(clock.durations, clock.method),
+        step_times_ms=step_times_ms(clock.durations),
         peak_memory=_peak_memory(device),
         weights_sha256=weights_digest(model),
     )

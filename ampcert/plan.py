@@ -1,0 +1,320 @@
+"""Capacity planning: what training N samples takes in each precision, from measured results.
+
+    from ampcert import plan
+    cp = plan.capacity_plan(runs, target_samples=10**9, gpus=8, price_per_gpu_hour=2.5)
+    for row in cp.rows: ...            # one row per workload/backend/AMP/precision
+
+Per subject, from its completed runs (seeds; repeats left out):
+
+- throughput: the median of the runs' training samples/s (evaluations
+  excluded); the range is the slowest and the fastest seed;
+- wall time = N / (throughput x K devices), assuming linear scaling (no
+  communication or input-pipeline overhead: a lower bound); GPU-hours = wall
+  time x K (independent of K under that assumption);
+- energy = N x the measured J per training sample, in the scope the run
+  measured (a GPU's counter, or the host package); null with the reason when
+  energy was not measured, never zero;
+- cost = GPU-hours x price per GPU-hour (``--price-per-gpu-hour``, else
+  ``configs/pricing.yaml`` by device name, else null with the reason);
+- savings against FP32 of the same workload, backend and AMP.
+
+:func:`capacity_plan` is a plain function over run results, so the CLI, a
+CSV file and the HTML report render the same rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ampcert.errors import UserError
+from ampcert.results import RunResult
+
+PRICING_FILE = Path(__file__).resolve().parents[1] / "configs" / "pricing.yaml"
+J_PER_KWH = 3.6e6
+REFERENCE = "fp32"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------- pricing
+
+
+class PriceEntry(_Model):
+    name: str
+    match: list[str] = Field(min_length=1)
+    price_per_gpu_hour: float = Field(gt=0)
+
+
+class Pricing(_Model):
+    currency: str = "USD"
+    note: str = ""
+    devices: list[PriceEntry] = Field(default_factory=list)
+    source: str = ""
+
+    def price_for(self, device_name: str) -> tuple[float, str] | None:
+        name = device_name.lower()
+        for entry in self.devices:
+            if all(part.lower() in name for part in entry.match):
+                return entry.price_per_gpu_hour, f"{self.source}: {entry.name}" + (f" ({self.note})" if self.note else "")
+        return None
+
+
+def load_pricing(path: str | Path | None = None) -> Pricing:
+    """A price table (default ``configs/pricing.yaml``); UserError with one line on any problem."""
+    from ampcert.spec import read_yaml, validation_message
+
+    p = Path(path) if path is not None else PRICING_FILE
+    data = read_yaml(p, "pricing file")
+    if not isinstance(data, dict):
+        raise UserError(f"{p}: expected a mapping with currency and devices at the top level")
+    try:
+        pricing = Pricing.model_validate(data)
+    except ValidationError as err:
+        raise UserError(validation_message(str(p), err, data)) from None
+    return pricing.model_copy(update={"source": str(p)})
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+class PlanRow(_Model):
+    workload: str
+    backend: str
+    amp: str
+    precision: str
+    device: str = Field(description="the device name the runs recorded")
+    accelerated: bool
+    capability_note: str = ""
+    seeds: int = Field(description="completed runs (seeds) the figures come from")
+    samples_per_s: float | None = Field(description="median of the runs' training samples/s")
+    samples_per_s_range: list[float] | None = Field(description="[slowest, fastest] seed")
+    wall_time_h: float | None = Field(description="N / (samples/s x K) in hours (linear scaling assumed)")
+    wall_time_h_range: list[float] | None = Field(description="from the fastest and the slowest seed")
+    gpu_hours: float | None = Field(description="wall time x K devices")
+    gpu_hours_range: list[float] | None
+    j_per_sample: float | None = Field(description="median of the runs' training J per sample")
+    j_per_sample_range: list[float] | None
+    energy_kwh: float | None = Field(description="N x J per sample / 3.6e6; null when not measured")
+    energy_kwh_range: list[float] | None
+    energy_scope: str | None = Field(default=None, description="what the energy covers (gpu, host, ...)")
+    energy_method: str | None = None
+    energy_reason: str | None = Field(default=None, description="why energy is null")
+    price_per_gpu_hour: float | None
+    price_source: str | None
+    cost: float | None
+    cost_range: list[float] | None
+    cost_reason: str | None = Field(default=None, description="why cost is null")
+    speedup_vs_fp32: float | None = Field(default=None, description="samples/s over FP32's")
+    time_saving_vs_fp32: float | None = Field(default=None, description="1 - wall time / FP32's (0.4 = 40% less)")
+    energy_saving_vs_fp32: float | None = None
+    cost_saving_vs_fp32: float | None = None
+
+
+class CapacityPlan(_Model):
+    target_samples: int
+    gpus: int
+    currency: str
+    pricing: str = Field(description="where prices came from")
+    assumptions: list[str]
+    rows: list[PlanRow]
+
+
+def _median_range(values: list[float]) -> tuple[float | None, list[float] | None]:
+    if not values:
+        return None, None
+    return float(statistics.median(values)), [float(min(values)), float(max(values))]
+
+
+def _scaled(value: float | None, rng: list[float] | None, f) -> tuple[float | None, list[float] | None]:
+    """``f`` applied to a value and its range (sorted again: f may be decreasing)."""
+    if value is None:
+        return None, None
+    return f(value), sorted([f(rng[0]), f(rng[1])]) if rng else None
+
+
+def _saving(value: float | None, ref: float | None) -> float | None:
+    if value is None or not ref:
+        return None
+    return 1.0 - value / ref
+
+
+def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
+                  price_per_gpu_hour: float | None = None,
+                  pricing: Pricing | str | Path | None = None) -> CapacityPlan:
+    """Projected wall time, GPU-hours, energy and cost of training ``target_samples``
+    samples on ``gpus`` devices, per workload/backend/AMP/precision of ``runs``."""
+    if target_samples < 1:
+        raise UserError(f"--target-samples: expected a positive number of samples, got {target_samples}")
+    if gpus < 1:
+        raise UserError(f"--gpus: expected at least 1 device, got {gpus}")
+    if price_per_gpu_hour is not None and not price_per_gpu_hour > 0:
+        raise UserError(f"--price-per-gpu-hour: expected a positive price, got {price_per_gpu_hour}")
+    table = pricing if isinstance(pricing, Pricing) else load_pricing(pricing)
+    groups: dict[tuple[str, str, str, str], list[RunResult]] = defaultdict(list)
+    for r in runs:
+        if (r.spec.repeat or 0) == 0 and r.status != "skipped":
+            groups[(r.spec.label, r.spec.backend, r.spec.amp, r.spec.precision)].append(r)
+    n, k = target_samples, gpus
+    rows: list[PlanRow] = []
+    for (workload, backend, amp, precision), members in sorted(groups.items()):
+        done = [r for r in members if r.status == "completed"]
+        first = (done or members)[0]
+        device = str((first.environment or {}).get("device_name") or first.spec.device)
+        thr, thr_rng = _median_range([r.samples_per_s for r in done if r.samples_per_s])
+        wall, wall_rng = _scaled(thr, thr_rng, lambda t: n / (t * k) / 3600.0)
+        hours, hours_rng = _scaled(wall, wall_rng, lambda h: h * k)
+        energies = [(r.telemetry or {}).get("energy") or {} for r in done]
+        jps, jps_rng = _median_range([e["train_j_per_sample"] for e in energies
+                                      if e.get("train_j_per_sample") is not None])
+        kwh, kwh_rng = _scaled(jps, jps_rng, lambda j: n * j / J_PER_KWH)
+        measured = next((e for e in energies if e.get("train_j_per_sample") is not None), {})
+        reason = None
+        if jps is None:
+            reason = next((str(e["reason"]) for e in energies if e.get("reason")),
+                          "no completed run" if not done else "the runs recorded no energy")
+        if price_per_gpu_hour is not None:
+            price, source = price_per_gpu_hour, "--price-per-gpu-hour"
+        else:
+            found = table.price_for(device)
+            price, source = found if found else (None, None)
+        cost, cost_rng = _scaled(hours, hours_rng, lambda h, p=price: h * p) if price is not None else (None, None)
+        cost_reason = None
+        if cost is None:
+            cost_reason = (f"no price for {device!r} in {table.source}: pass --price-per-gpu-hour"
+                           if price is None else "no throughput measured")
+        rows.append(PlanRow(
+            workload=workload, backend=backend, amp=amp, precision=precision, device=device,
+            accelerated=first.accelerated, capability_note=first.capability_note, seeds=len(done),
+            samples_per_s=thr, samples_per_s_range=thr_rng, wall_time_h=wall, wall_time_h_range=wall_rng,
+            gpu_hours=hours, gpu_hours_range=hours_rng, j_per_sample=jps, j_per_sample_range=jps_rng,
+            energy_kwh=kwh, energy_kwh_range=kwh_rng, energy_scope=measured.get("scope"),
+            energy_method=measured.get("method"), energy_reason=reason, price_per_gpu_hour=price,
+            price_source=source, cost=cost, cost_range=cost_rng, cost_reason=cost_reason,
+        ))
+    ref = {(r.workload, r.backend, r.amp): r for r in rows if r.precision == REFERENCE}
+    for i, row in enumerate(rows):
+        fp32 = ref.get((row.workload, row.backend, row.amp))
+        if fp32 is None or row is fp32:
+            continue
+        rows[i] = row.model_copy(update={
+            "speedup_vs_fp32": row.samples_per_s / fp32.samples_per_s
+            if row.samples_per_s and fp32.samples_per_s else None,
+            "time_saving_vs_fp32": _saving(row.wall_time_h, fp32.wall_time_h),
+            "energy_saving_vs_fp32": _saving(row.energy_kwh, fp32.energy_kwh),
+            "cost_saving_vs_fp32": _saving(row.cost, fp32.cost),
+        })
+    source = "--price-per-gpu-hour" if price_per_gpu_hour is not None else f"{table.source} ({table.note or 'prices'})"
+    assumptions = [
+        f"linear scaling: {n:,} samples on {k} device(s) take N / ({k} x the measured single-device "
+        "samples/s); real multi-device training adds communication and input overhead, so wall time "
+        "and GPU-hours are lower bounds",
+        "throughput: median of the seeds' training samples/s (evaluation, start-up and data preparation "
+        "excluded); ranges run from the slowest to the fastest seed",
+        "energy: N x the measured joules per training sample, in the scope each run measured; null "
+        "where energy was not measured (never 0)",
+        f"cost: GPU-hours x price per GPU-hour, prices from {source}",
+        "savings: against FP32 of the same workload, backend and AMP, on the devices the runs used",
+    ]
+    return CapacityPlan(target_samples=n, gpus=k, currency=table.currency, pricing=source,
+                        assumptions=assumptions, rows=rows)
+
+
+# --------------------------------------------------------------------------- output
+
+CSV_FIELDS = [
+    "workload", "backend", "amp", "precision", "device", "accelerated", "seeds",
+    "samples_per_s", "samples_per_s_min", "samples_per_s_max",
+    "wall_time_h", "wall_time_h_min", "wall_time_h_max", "gpu_hours", "gpu_hours_min", "gpu_hours_max",
+    "j_per_sample", "energy_kwh", "energy_kwh_min", "energy_kwh_max", "energy_scope", "energy_reason",
+    "price_per_gpu_hour", "price_source", "cost", "cost_min", "cost_max", "cost_reason",
+    "speedup_vs_fp32", "time_saving_vs_fp32", "energy_saving_vs_fp32", "cost_saving_vs_fp32",
+]
+
+
+def csv_text(cp: CapacityPlan) -> str:
+    """One line per row; ranges as _min/_max columns; empty cells where null."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=["target_samples", "gpus", "currency", *CSV_FIELDS],
+                            lineterminator="\n")
+    writer.writeheader()
+    for row in cp.rows:
+        d: dict[str, Any] = row.model_dump()
+        for key in ("samples_per_s", "wall_time_h", "gpu_hours", "energy_kwh", "cost"):
+            rng = d.pop(f"{key}_range", None)
+            d[f"{key}_min"], d[f"{key}_max"] = rng if rng else (None, None)
+        line = {f: d.get(f) for f in CSV_FIELDS}
+        writer.writerow({"target_samples": cp.target_samples, "gpus": cp.gpus, "currency": cp.currency,
+                         **{f: "" if v is None else v for f, v in line.items()}})
+    return out.getvalue()
+
+
+def fmt_hours(h: float | None) -> str:
+    if h is None:
+        return "—"
+    if h < 1:
+        return f"{h * 60:.3g} min"
+    if h < 48:
+        return f"{h:.3g} h"
+    return f"{h / 24:,.1f} d"
+
+
+def _num(v: float | None, digits: int = 3) -> str:
+    if v is None:
+        return "—"
+    return f"{v:,.0f}" if abs(v) >= 10 ** digits else f"{v:.{digits}g}"
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:+.0f}%"
+
+
+def table_rows(cp: CapacityPlan) -> list[dict[str, str]]:
+    """One row of strings per plan row (terminal table, HTML); ranges are the seed spread."""
+    def rng(values, f):
+        return f" ({f(values[0])}–{f(values[1])})" if values and values[0] != values[1] else ""
+
+    def vs(saving):
+        return "—" if saving is None else _pct(-saving)
+
+    rows = []
+    for r in cp.rows:
+        rows.append({
+            "workload": r.workload,
+            "backend/amp": f"{r.backend}/{r.amp}",
+            "precision": r.precision + ("" if r.accelerated else " (not accelerated)"),
+            "device": r.device,
+            "seeds": str(r.seeds),
+            "samples/s": _num(r.samples_per_s) + rng(r.samples_per_s_range, _num),
+            "wall time": fmt_hours(r.wall_time_h) + rng(r.wall_time_h_range, fmt_hours),
+            "GPU-hours": _num(r.gpu_hours) + rng(r.gpu_hours_range, _num),
+            "energy kWh": _num(r.energy_kwh) + rng(r.energy_kwh_range, _num) if r.energy_kwh is not None
+            else "not measured",
+            f"cost {cp.currency}": _num(r.cost) + rng(r.cost_range, _num) if r.cost is not None else "—",
+            "vs FP32 (time, energy, cost)": "" if r.precision == REFERENCE else
+            f"{vs(r.time_saving_vs_fp32)}, {vs(r.energy_saving_vs_fp32)}, {vs(r.cost_saving_vs_fp32)}",
+        })
+    return rows
+
+
+def notes(cp: CapacityPlan) -> list[str]:
+    """Why figures are missing, each reason once."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for r in cp.rows:
+        name = f"{r.workload}/{r.backend}/{r.amp}/{r.precision}"
+        if r.energy_reason:
+            out[f"energy not measured: {r.energy_reason}"].append(name)
+        if r.cost_reason:
+            out[f"no cost: {r.cost_reason}"].append(name)
+        if not r.accelerated:
+            out[f"{r.precision} {r.capability_note or 'is not accelerated on this device'}"].append(name)
+    return [f"{why} ({', '.join(names) if len(names) <= 3 else f'{len(names)} rows'})" for why, names in out.items()]

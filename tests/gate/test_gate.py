@@ -1,0 +1,391 @@
+"""The regression gate (`ampcert compare`) and capacity planning (`ampcert plan`)
+on real results of tiny real runs.
+
+The folders come from real `ampcert run` invocations of small suites: the
+digits CNN (6 seeds x 60 steps) and the underflow MLP in fp32 and fp16 (2
+seeds), certified with a one-rule parity pack. Timing on a shared 2-core
+machine is only as good as the measurement: other processes' load drifts by
+tens of percent from one minute to the next, more than the 15% slowdown under
+test. So the two sides of each comparison run side by side (interleaved in
+time, the usual practice for A/B timing on a noisy machine), single-threaded
+(OMP_NUM_THREADS=1: two torch processes with a thread per core each would
+fight over the 2 cores).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import cli_env, run_cli
+
+from ampcert import gate, plan, results
+from ampcert.errors import UserError
+
+RULES = """\
+name: gate-test
+rules:
+  - id: parity.final_metric
+    check: accuracy_parity
+    measures: final eval metric, low precision minus FP32, paired by seed
+    margin: 0.05
+    alpha: 0.05
+    min_seeds: 2
+    required: true
+"""
+
+SUITE = """\
+name: gate
+device: cpu
+precisions: [fp32]
+seeds: [0, 1, 2, 3, 4, 5]
+unaccelerated: run
+certify: {rules}
+train: {{steps: 60, eval_every: 30}}
+workloads:
+  - workload: {digits}
+    id: digits
+  - workload: underflow
+    precisions: [fp32, fp16]
+    seeds: [0, 1]
+    train: {{steps: 60, eval_every: 30}}
+    loss_scaling: {scaling}
+"""
+
+DIGITS = "digits/torch/native/fp32"
+FP16 = "underflow/torch/native/fp16"
+
+
+def run_side_by_side(jobs: dict[str, Path], out_root: Path) -> dict[str, Path]:
+    """`ampcert run SUITE --out DIR` for every job at once; wait for all."""
+    env = cli_env() | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    procs = {}
+    for name, suite in jobs.items():
+        out = out_root / name
+        procs[name] = (out, subprocess.Popen(
+            [sys.executable, "-m", "ampcert", "run", str(suite), "--out", str(out)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    folders = {}
+    for name, (out, proc) in procs.items():
+        output, _ = proc.communicate(timeout=300)
+        # the candidate's certificate FAILs (exit 1) by design; anything else is a broken run
+        assert proc.returncode in (0, 1) and (out / "verdicts.json").exists(), output
+        folders[name] = out
+    return folders
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict:
+    """base1 and cand side by side (cand: digits steps 15% slower, fp16 without
+    loss scaling); then base2, base3 and base4 side by side (the same suite)."""
+    root = tmp_path_factory.mktemp("gate")
+    rules = root / "rules.yaml"
+    rules.write_text(RULES)
+
+    def suite(name: str, digits: str, scaling: bool) -> Path:
+        path = root / f"{name}.yaml"
+        path.write_text(SUITE.format(rules=rules, digits=digits, scaling=str(scaling).lower()))
+        return path
+
+    base, cand = suite("base", "digits", True), suite("cand", "fault_workloads:slow", False)
+    out = run_side_by_side({"base1": base, "cand": cand}, root)
+    out |= run_side_by_side({"base2": base, "base3": base, "base4": base}, root)
+    # for a second measurement of the slowdown, if the first was too noisy to decide
+    out["again"] = lambda: run_side_by_side({"base1b": base, "candb": cand}, root)
+    return out
+
+
+def _compare(b: Path, c: Path, cfg=None) -> gate.GateResult:
+    return gate.compare(gate.load_source(b), gate.load_source(c), cfg or gate.load_gate())
+
+
+def _row(result: gate.GateResult, subject: str, metric: str) -> gate.MetricComparison:
+    found = [c for c in result.comparisons if str(c.subject) == subject and c.metric == metric]
+    assert len(found) == 1, [(str(c.subject), c.metric) for c in result.comparisons]
+    return found[0]
+
+
+def _table(result: gate.GateResult) -> str:
+    return gate.to_markdown(result)
+
+
+def _write_report(folder: Path, path: Path, suite_name: str | None = None, relabel: str | None = None) -> Path:
+    """A report.json as issue 8 defines it (runs, certificate, suite), from a results folder."""
+    rs = results.load(folder)
+    runs = [json.loads(r.model_dump_json()) for r in rs.runs]
+    if relabel:
+        for r in runs:
+            r["spec"]["label"] = relabel
+    plan_json = json.loads((folder / "plan.json").read_text())
+    verdicts = folder / "verdicts.json"
+    path.write_text(json.dumps({
+        "schema_version": 1,
+        "suite": {"name": suite_name or rs.suite_name, "sha256": plan_json["suite_sha256"]},
+        "runs": runs,
+        "certificate": json.loads(verdicts.read_text()) if verdicts.exists() else None,
+    }))
+    return path
+
+
+def _assert_one_line_error(proc, *fragments: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ampcert: error: "), proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+# --------------------------------------------------------------------------- the gate
+
+
+def test_injected_slowdown_is_flagged(folders, tmp_path):
+    base, cand = folders["base1"], folders["cand"]
+    if _row(_compare(base, cand), DIGITS, "samples_per_s").status == "INCONCLUSIVE":
+        # The gate found the machine too noisy to tell a 15% change from its load (as
+        # designed, it does not fail a build on that): measure once more, side by side.
+        again = folders["again"]()
+        base, cand = again["base1b"], again["candb"]
+    out_json, out_md = tmp_path / "gate.json", tmp_path / "gate.md"
+    proc = run_cli("compare", base, cand, "--json", out_json, "--markdown", out_md)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    result = gate.GateResult.model_validate_json(out_json.read_text())
+    speed = _row(result, DIGITS, "samples_per_s")
+    assert speed.status == "REGRESSION", _table(result)
+    assert speed.change < -0.10 and speed.ci[1] < 0
+    assert speed.test.startswith("bootstrap") and "runs x steps" in speed.test
+    assert speed.baseline.runs == speed.candidate.runs == 6 and speed.baseline.samples == 360
+    # the slowdown touched nothing else of that workload
+    assert _row(result, DIGITS, "final_metric").status == "OK"
+    assert _row(result, DIGITS, "final_metric").change == 0  # same seeds, same code path: bit-identical
+    assert _row(result, DIGITS, "peak_memory_bytes").status == "OK"
+    # the terminal output names the test that decided, and the verdict
+    assert "REGRESSION" in proc.stdout and "bootstrap 95% CI" in proc.stdout and "FAIL:" in proc.stdout
+    md = out_md.read_text()
+    assert md.startswith("### :x: ampcert gate: FAIL") and f"{DIGITS}: samples_per_s" in md
+    assert "| **REGRESSION** |" in md
+
+
+def test_accuracy_drop_that_flips_a_verdict_is_a_regression(folders):
+    result = _compare(folders["base1"], folders["cand"])
+    assert result.baseline.certificate == "PASS" and result.candidate.certificate == "FAIL"
+    flips = {(str(v.subject), v.rule): v for v in result.verdict_changes}
+    overall = flips[(FP16, None)]
+    assert (overall.baseline, overall.candidate, overall.regression) == ("PASS", "FAIL", True)
+    parity = flips[(FP16, "parity.final_metric")]
+    assert parity.regression and "mean difference" in parity.summary
+    assert any(line.startswith(f"{FP16}: verdict PASS -> FAIL") for line in result.regressions)
+    # regardless of speed: without a loss scaler fp16 is no slower, and with 2 seeds the
+    # metric rows cannot be significant at all; the verdict alone fails the gate
+    assert _row(result, FP16, "samples_per_s").status != "REGRESSION"
+    accuracy = _row(result, FP16, "final_metric")
+    assert accuracy.change < -0.5 and accuracy.status == "INCONCLUSIVE" and accuracy.test.startswith("none")
+    # the unchanged fp32 reference of that workload stays unflagged
+    assert all(c.status != "REGRESSION" for c in result.comparisons if str(c.subject).endswith("underflow/torch/native/fp32"))
+
+
+def test_same_code_twice_is_not_flagged(folders):
+    """The false-positive check, six times: three runs of the same suite, each
+    against each in both directions."""
+    names = ["base2", "base3", "base4"]
+    for b in names:
+        for c in names:
+            if b == c:
+                continue
+            result = _compare(folders[b], folders[c])
+            assert result.status == "PASS", f"{b} -> {c}\n" + _table(result)
+            assert not result.verdict_changes and not result.run_failures
+            assert _row(result, DIGITS, "final_metric").change == 0
+    proc = run_cli("compare", folders["base2"], folders["base3"])
+    assert proc.returncode == 0 and "PASS: no regression" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_report_json_compares_like_its_folder(folders, tmp_path):
+    report = _write_report(folders["base3"], tmp_path / "report.json")
+    via_report = _compare(folders["base2"], report)
+    via_folder = _compare(folders["base2"], folders["base3"])
+    assert via_report.candidate.kind == "report" and via_report.candidate.certificate == "PASS"
+    assert [(c.metric, c.status, c.change, c.ci) for c in via_report.comparisons] == \
+        [(c.metric, c.status, c.change, c.ci) for c in via_folder.comparisons]
+
+
+def test_mismatched_suites_and_bad_input_exit_2(folders, tmp_path):
+    other = _write_report(folders["base3"], tmp_path / "other.json", suite_name="vision")
+    _assert_one_line_error(run_cli("compare", folders["base2"], other), "suites differ", "'gate'", "'vision'")
+    disjoint = _write_report(folders["base3"], tmp_path / "disjoint.json", relabel="resnet")
+    _assert_one_line_error(run_cli("compare", disjoint, folders["base2"]),
+                           "no common (workload, backend, precision)", "resnet/torch/fp32", "digits/torch/fp32")
+    # the same, in-process, without a subprocess each
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text("{not json")
+    not_report = tmp_path / "list.json"
+    not_report.write_text("[1, 2]")
+    envelope = tmp_path / "report.dsse.json"
+    envelope.write_text('{"payloadType": "application/vnd.in-toto+json", "payload": "", "signatures": []}')
+    broken_run = tmp_path / "broken.json"
+    broken_run.write_text(json.dumps({"suite": {"name": "gate"}, "runs": [{"run_id": "x"}]}))
+    for path, fragment in [(tmp_path / "nope", "no such report file or results folder"),
+                           (tmp_path, "no plan.json"), (bad_json, "invalid JSON"),
+                           (not_report, "expected a JSON object with `runs`"),
+                           (envelope, "signed envelope"), (broken_run, "runs[0]")]:
+        with pytest.raises(UserError, match=fragment.replace("(", r"\(").replace("[", r"\[")):
+            gate.load_source(path)
+
+
+def test_gate_file_overrides_defaults(folders, tmp_path):
+    loose = tmp_path / "loose.yaml"
+    loose.write_text("metrics:\n  samples_per_s: {threshold: 0.6}\nverdicts: {new_fail: false}\n")
+    cfg = gate.load_gate(loose)
+    assert cfg.metrics["samples_per_s"].threshold == 0.6 and cfg.metrics["final_metric"].threshold == 0.02
+    result = _compare(folders["base1"], folders["cand"], cfg)
+    assert _row(result, DIGITS, "samples_per_s").status == "OK"  # a ~15% slowdown is under 60%
+    assert result.status == "PASS" and result.verdict_changes  # still listed, no longer failing
+    assert result.gate["name"] == "default + loose.yaml"
+    for text, fragment in [("metrics:\n  throughput: {threshold: 0.1}\n", "metrics.throughput: expected one of"),
+                           ("metrics:\n  samples_per_s: {threshold: -1}\n", "metrics.samples_per_s.threshold"),
+                           ("metrics:\n  samples_per_s: {test: t-test}\n", "metrics.samples_per_s.test"),
+                           ("alpha: [\n", "YAML")]:
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text)
+        with pytest.raises(UserError, match=fragment.replace("(", r"\(")):
+            gate.load_gate(bad)
+    _assert_one_line_error(run_cli("compare", folders["base2"], folders["base3"], "--gate", tmp_path / "no.yaml"),
+                           "no.yaml", "--gate")
+
+
+def test_runs_that_fail_now_are_regressions(folders):
+    base = gate.load_source(folders["base2"])
+    cand = gate.load_source(folders["base3"])
+    broken = [r.model_copy(update={"status": "failed", "reason": "RuntimeError: CUDA out of memory"})
+              if r.spec.label == "digits" and r.spec.seed == 1 else r for r in cand.runs]
+    result = gate.compare(base, gate.Source(cand.path, cand.kind, cand.suite_name, cand.suite_sha256, broken,
+                                            cand.certificate))
+    assert result.status == "FAIL"
+    (failure,) = result.run_failures
+    assert str(failure.subject) == DIGITS and failure.candidate_failed == 1 and failure.regression
+    assert "out of memory" in result.regressions[-1]
+
+
+def test_decision_needs_effect_and_support(folders):
+    """The decision rule on constructed step times (real runs otherwise): 15%
+    slower on consistent runs is a regression, 5% is within the threshold, 15%
+    faster is an improvement; two runs a side support nothing; and runs far
+    apart (a noisy machine) leave a 15% change INCONCLUSIVE, not failed."""
+    import numpy as np
+
+    base = gate.load_source(folders["base2"])
+    template = [r for r in base.runs if r.spec.label == "digits"]
+    noise = np.random.default_rng(0)
+    # four runs of 100 steps: 10 ms +- 3% per step, runs 2% apart
+    steps = [10.0 * (1 + 0.02 * i) * noise.normal(1, 0.03, 100) for i in range(4)]
+
+    def side(factor: float, seeds=(0, 1, 2, 3)) -> gate.Source:
+        runs = [r.model_copy(update={"step_times_ms": list(steps[r.spec.seed] * factor),
+                                     "samples_per_s": 64e3 / float(np.mean(steps[r.spec.seed] * factor))})
+                for r in template if r.spec.seed in seeds]
+        return gate.Source(base.path, "results folder", base.suite_name, None, runs, None)
+
+    reference = side(1.0)
+    assert _row(gate.compare(reference, side(1.15)), DIGITS, "samples_per_s").status == "REGRESSION"
+    assert _row(gate.compare(reference, side(1.05)), DIGITS, "samples_per_s").status == "OK"
+    assert _row(gate.compare(reference, side(0.85)), DIGITS, "samples_per_s").status == "IMPROVED"
+    few = _row(gate.compare(side(1.0, (0, 1)), side(1.3, (0, 1))), DIGITS, "samples_per_s")
+    assert few.status == "INCONCLUSIVE" and few.test.startswith("none: 2 vs 2 runs")
+    spread = [10.0 * (1 + 0.4 * i) * noise.normal(1, 0.03, 100) for i in range(4)]  # runs 40% apart
+    steps[:] = spread
+    assert _row(gate.compare(side(1.0), side(1.15)), DIGITS, "samples_per_s").status == "INCONCLUSIVE"
+
+    rng = np.random.default_rng(1)
+    medians = gate.bootstrap_medians([np.full(50, 10.0), np.full(50, 12.0), np.full(50, 11.0)], 2000, rng)
+    assert medians.min() >= 10.0 and medians.max() <= 12.0 and np.median(medians) == 11.0
+
+
+# --------------------------------------------------------------------------- capacity planning
+
+
+def test_capacity_plan_matches_hand_computed_figures(folders):
+    rs = results.load(folders["base2"])
+    n, k, price = 10_000_000, 4, 2.5
+    cp = plan.capacity_plan(rs.runs, target_samples=n, gpus=k, price_per_gpu_hour=price)
+    rows = {f"{r.workload}/{r.backend}/{r.amp}/{r.precision}": r for r in cp.rows}
+    assert set(rows) == {DIGITS, FP16, "underflow/torch/native/fp32"}
+
+    digits = sorted(r.samples_per_s for r in rs.runs if r.spec.label == "digits")
+    assert len(digits) == 6
+    median = (digits[2] + digits[3]) / 2  # of six seeds
+    row = rows[DIGITS]
+    assert row.seeds == 6 and row.samples_per_s == pytest.approx(median)
+    assert row.wall_time_h == pytest.approx(n / (median * k) / 3600)
+    assert row.wall_time_h_range == pytest.approx([n / (digits[-1] * k) / 3600, n / (digits[0] * k) / 3600])
+    assert row.gpu_hours == pytest.approx(n / median / 3600)  # K devices x wall time
+    assert row.cost == pytest.approx(n / median / 3600 * price)
+    assert row.cost_range == pytest.approx([n / digits[-1] / 3600 * price, n / digits[0] / 3600 * price])
+    # no energy counter on this machine: null with the reason, never 0
+    assert row.energy_kwh is None and row.energy_reason
+    assert row.speedup_vs_fp32 is None and row.time_saving_vs_fp32 is None  # it is the FP32 row
+
+    def thr(precision):
+        return statistics.median(r.samples_per_s for r in rs.runs
+                                 if r.spec.label == "underflow" and r.spec.precision == precision)
+
+    fp16 = rows[FP16]
+    assert fp16.speedup_vs_fp32 == pytest.approx(thr("fp16") / thr("fp32"))
+    assert fp16.time_saving_vs_fp32 == pytest.approx(1 - thr("fp32") / thr("fp16"))
+    assert fp16.cost_saving_vs_fp32 == pytest.approx(1 - thr("fp32") / thr("fp16"))
+    assert not fp16.accelerated  # this CPU has no fast fp16: the plan says so
+
+
+def test_capacity_plan_energy_from_a_stored_result_with_energy(folders, tmp_path):
+    """A stored result that measured energy (as a GPU run's NVML counter records
+    it): kWh = N x median J/sample / 3.6e6, the range from the seeds."""
+    folder = tmp_path / "with-energy"
+    shutil.copytree(folders["base2"], folder)
+    joules = {0: 0.5, 1: 0.6, 2: 0.8, 3: 0.7, 4: 0.55, 5: 0.65}
+    for path in folder.glob("runs/digits-*/result.json"):
+        data = json.loads(path.read_text())
+        data["telemetry"]["energy"].update(train_j_per_sample=joules[data["spec"]["seed"]], scope="gpu",
+                                           method="NVML total energy counter at phase edges", reason=None)
+        path.write_text(json.dumps(data))
+    n = 10_000_000
+    cp = plan.capacity_plan(results.load(folder).runs, target_samples=n, gpus=8)
+    row = next(r for r in cp.rows if r.workload == "digits")
+    assert row.j_per_sample == pytest.approx(0.625)  # the median of six seeds
+    assert row.energy_kwh == pytest.approx(n * 0.625 / 3.6e6)  # 1.736 kWh
+    assert row.energy_kwh_range == pytest.approx([n * 0.5 / 3.6e6, n * 0.8 / 3.6e6])
+    assert row.energy_scope == "gpu" and row.energy_reason is None
+    assert row.cost is None and "pass --price-per-gpu-hour" in row.cost_reason  # a CPU has no list price
+
+
+def test_plan_cli_table_csv_and_pricing(folders, tmp_path):
+    rs = results.load(folders["base2"])
+    device = rs.runs[0].environment["device_name"]
+    pricing = tmp_path / "pricing.yaml"
+    pricing.write_text(textwrap.dedent(f"""\
+        currency: EUR
+        note: test prices
+        devices:
+          - {{name: this machine, match: [{json.dumps(device)}], price_per_gpu_hour: 1.25}}
+    """))
+    out_csv = tmp_path / "plan.csv"
+    proc = run_cli("plan", folders["base2"], "--target-samples", "1000000", "--gpus", "2",
+                   "--pricing", pricing, "--csv", out_csv)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "linear scaling" in proc.stdout and "not measured" in proc.stdout and "EUR" in proc.stdout
+    rows = list(csv.DictReader(io.StringIO(out_csv.read_text())))
+    expected = plan.capacity_plan(rs.runs, 1_000_000, 2, pricing=pricing)
+    assert len(rows) == len(expected.rows) == 3
+    for got, want in zip(rows, expected.rows, strict=True):
+        assert got["precision"] == want.precision and got["currency"] == "EUR"
+        assert float(got["wall_time_h"]) == pytest.approx(want.wall_time_h)
+        assert float(got["cost"]) == pytest.approx(want.gpu_hours * 1.25)
+        assert got["energy_kwh"] == "" and got["energy_reason"]
+    assert expected.rows[0].price_source.endswith("this machine (test prices)")
+    _assert_one_line_error(run_cli("plan", folders["base2"], "--target-samples", "0"), "--target-samples")
