@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import zlib
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -655,11 +656,11 @@ def compare(baseline: Source, candidate: Source, cfg: GateConfig | None = None) 
 
     by_b: dict[tuple, list[RunResult]] = defaultdict(list)
     by_c: dict[tuple, list[RunResult]] = defaultdict(list)
-    for r in b_runs:
+    # in seed order, so a report.json (runs sorted by id) and its folder give the same answer
+    for r in sorted(b_runs, key=lambda r: (r.spec.seed, r.run_id)):
         by_b[_key(r)].append(r)
-    for r in c_runs:
+    for r in sorted(c_runs, key=lambda r: (r.spec.seed, r.run_id)):
         by_c[_key(r)].append(r)
-    rng = np.random.default_rng(cfg.seed)
     comparisons: list[MetricComparison] = []
     failures: list[RunFailures] = []
     for bk, ck in pairs:
@@ -668,6 +669,8 @@ def compare(baseline: Source, candidate: Source, cfg: GateConfig | None = None) 
         for metric, mg in cfg.metrics.items():
             if not mg.enabled:
                 continue
+            # one random stream per (subject, metric): a row does not depend on which others exist
+            rng = np.random.default_rng([cfg.seed, zlib.crc32(f"{subject}|{metric}".encode())])
             row = _compare_metric(metric, mg, cfg, subject, cand_subject, by_b[bk], by_c[ck], rng)
             if row is not None:
                 comparisons.append(row)

@@ -120,7 +120,7 @@ def _table(result: gate.GateResult) -> str:
 def _write_report(folder: Path, path: Path, suite_name: str | None = None, relabel: str | None = None) -> Path:
     """A report.json as issue 8 defines it (runs, certificate, suite), from a results folder."""
     rs = results.load(folder)
-    runs = [json.loads(r.model_dump_json()) for r in rs.runs]
+    runs = [json.loads(r.model_dump_json()) for r in sorted(rs.runs, key=lambda r: r.run_id)]  # as report.json
     if relabel:
         for r in runs:
             r["spec"]["label"] = relabel
