@@ -36,10 +36,13 @@ def run(
     retry_failed: bool = typer.Option(False, "--retry-failed", help="with --resume: redo failed runs too"),
     dry_run: bool = typer.Option(False, "--dry-run", help="validate and print the run matrix only"),
     sign_key: Path | None = typer.Option(None, "--sign-key", help="sign the report with this Ed25519 key"),
+    shard: str | None = typer.Option(None, "--shard", help="i/n: run only shard i of n (counted from 1: the runs "
+                                     "at plan positions i-1, i-1+n, ...); join the folders with `ampcert merge`"),
 ) -> None:
     """Run a suite: every workload x precision x seed, each in its own process."""
     from ampcert.results import ResultsDir, load
     from ampcert.runner import orchestrator as orch
+    from ampcert.runner import shard as sharding
     from ampcert.runner.progress import RunProgress
 
     if sign_key is not None:  # a bad key is found before an hour of training, not after
@@ -49,11 +52,15 @@ def run(
     if resume is not None:
         if suite is not None or out is not None:
             raise UserError("--resume DIR continues that folder's own suite: give no SUITE or --out")
+        if shard is not None:
+            raise UserError("--resume DIR continues that folder's own shard: give no --shard")
         if not resume.is_dir():
             raise UserError(f"--resume {resume}: results folder not found")
         root = resume
         stored = ResultsDir(root).read_plan()
-        runs, certify_rules = stored["runs"], stored.get("certify")
+        shard_info = stored.get("shard")
+        runs, certify_rules = sharding.shard_runs(stored), stored.get("certify")
+        planned = len(stored["runs"])
         if dry_run:
             _print_plan(orch.dump_plan_table(runs))
             return
@@ -62,16 +69,26 @@ def run(
             raise UserError("give a SUITE file, or --resume DIR")
         if retry_failed:
             raise UserError("--retry-failed goes with --resume DIR")
+        where = sharding.parse_shard(shard) if shard is not None else None
         plan = orch.plan_suite(suite)
-        table = orch.dump_plan_table(plan.runs)
+        runs = sharding.select(plan.runs, *where) if where else plan.runs
+        shard_info = sharding.record(plan.runs, *where) if where else None
+        planned = len(plan.runs)
+        table = orch.dump_plan_table(runs)
         if dry_run:
             _print_plan(table, plan)
+            if where:
+                console.print(f"shard {where[0]}/{where[1]}: {len(runs)} of {len(plan.runs)} runs", markup=False)
             return
         root = out or orch.default_out_dir(plan.suite.name)
         orch.prepare_out_dir(root)
         with orch.FolderLock(root):
-            orch.write_plan(root, plan)
-        runs, certify_rules = plan.runs, plan.suite.certify
+            orch.write_plan(root, plan, shard_info)
+        certify_rules = plan.suite.certify
+    # A rule pack judges the whole matrix: a shard's folder is certified once merged.
+    certify_later = bool(shard_info and certify_rules)
+    if certify_later:
+        certify_rules = None
 
     with orch.FolderLock(root), RunProgress(console) as progress:
         orch.execute_plan(root, runs, retry_failed=retry_failed, on_event=progress.handle)
@@ -88,11 +105,44 @@ def run(
     if cert is not None:
         _print_certificate(cert, root)
     console.print(f"results: {root}  (summary: {ResultsDir(root).summary_html})")
+    if shard_info:
+        console.print(f"shard {shard_info['index']}/{shard_info['count']}: {len(runs)} of {planned} runs; "
+                      "join the shards' folders with `ampcert merge OUT DIR...`"
+                      + (" and certify there" if certify_later else ""), markup=False, soft_wrap=True)
     failed = [r for r in result_set.runs if r.status == "failed"]
     # With a rule pack, failed runs are evidence for the verdicts (an fp16 run
     # without loss scaling is expected to fail); the certificate decides.
-    if (cert.status == "FAIL") if cert is not None else failed:
+    if (cert.status == "FAIL") if cert is not None else (failed and not certify_later):
         raise typer.Exit(1)
+
+
+@app.command()
+def merge(
+    out: Path = typer.Argument(..., help="the merged results folder to write (new or empty)"),
+    dirs: list[Path] = typer.Argument(..., help="results folders of the shards (`ampcert run --shard i/n`)"),
+    partial: bool = typer.Option(False, "--partial", help="merge even if some planned runs have no result"),
+) -> None:
+    """Join shard folders of one suite into one results folder (certified, if the suite says so).
+
+    Refuses folders of different suites (suite_sha256) or run matrices, and a run
+    with results in two folders. `ampcert certify`, `report` and `sign` then work on OUT."""
+    from ampcert.report import summary
+    from ampcert.results import ResultsDir, load
+    from ampcert.runner import shard as sharding
+
+    info = sharding.merge(out, dirs, partial=partial)
+    with _folder_lock(out):
+        result_set = load(out)
+        cert = _certify(out, result_set, info["certify"]) if info["certify"] else None
+        written = summary.write(result_set)
+        report_paths = _write_report(result_set)
+    _print_summary(result_set, written)
+    console.print(f"merged {info['merged']} of {info['runs']} runs from {len(dirs)} folders into {out}"
+                  + (f"; {len(info['missing'])} without a result" if info["missing"] else ""), markup=False)
+    console.print(f"report: {report_paths[1]}", markup=False)
+    if cert is not None:
+        _print_certificate(cert, out)
+    console.print(f"results: {out}  (summary: {ResultsDir(out).summary_html})", markup=False)
 
 
 def _certify(root: Path, result_set, rules_ref: str | None):

@@ -285,6 +285,9 @@ def load(root: str | Path) -> ResultSet:
     if not rd.root.is_dir():
         raise UserError(f"{rd.root}: results folder not found")
     plan = rd.read_plan()
+    if plan.get("shard"):  # a shard's folder answers for its own runs only
+        mine = set(plan["shard"].get("run_ids") or [])
+        plan["runs"] = [r for r in plan["runs"] if r.run_id in mine]
     runs: list[RunResult] = []
     missing: list[str] = []
     for spec in plan["runs"]:

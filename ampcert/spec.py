@@ -29,6 +29,9 @@ Backend = Literal["torch", "jax"]
 # (fp16 on most CPUs): run it anyway, cap its steps, or skip it. Every choice
 # is recorded in the run result; none is silent.
 Unaccelerated = Literal["run", "cap", "skip"]
+# How a run's worker starts: one process (forked from the orchestrator's
+# forkserver), or data-parallel ranks through torch.distributed.run.
+Launcher = Literal["process", "torchrun"]
 
 
 class _Strict(BaseModel):
@@ -71,6 +74,27 @@ class TelemetryConfig(_Strict):
     rate_hz: float = Field(default=10.0, gt=0, le=1000)
 
 
+class Torchrun(_Strict):
+    """Settings for ``launcher: torchrun``. Only the world size (``nnodes`` x
+    ``nproc_per_node``) changes what a run computes; the rendezvous settings
+    say where the ranks meet and pass through to torchrun unchanged. Anything
+    left out here may come from torchrun's own ``PET_*`` environment variables
+    on each node (``PET_NODE_RANK``, ``PET_RDZV_ENDPOINT``, ...)."""
+
+    nproc_per_node: PositiveInt
+    nnodes: PositiveInt = 1  # a fixed count: an elastic range would change the world size mid-suite
+    rdzv_backend: str | None = Field(default=None, min_length=1)
+    rdzv_endpoint: str | None = Field(default=None, min_length=1)
+    rdzv_id: str | None = Field(default=None, min_length=1)
+    node_rank: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _rank_in_range(self) -> Torchrun:
+        if self.node_rank is not None and self.node_rank >= self.nnodes:
+            raise ValueError(f"`node_rank` {self.node_rank} is not below `nnodes` {self.nnodes}")
+        return self
+
+
 class WorkloadEntry(_Strict):
     workload: str = Field(min_length=1)
     id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -82,6 +106,9 @@ class WorkloadEntry(_Strict):
     # fp16 trains with dynamic loss scaling; `false` turns it off (numerics
     # suites show what it prevents). bf16 and fp32 never scale.
     loss_scaling: bool = True
+    # Override the suite's launcher (and its torchrun settings) for this entry.
+    launcher: Launcher | None = None
+    torchrun: Torchrun | None = None
 
     @property
     def label(self) -> str:
@@ -106,6 +133,10 @@ class Suite(_Strict):
     # A rule pack (shipped name or path): the runner schedules what its checks
     # need (enough seeds, repeated seeds) and writes verdicts.json.
     certify: str | None = None
+    # `torchrun`: every run trains data-parallel (DistributedDataParallel) on
+    # `torchrun.nproc_per_node` x `torchrun.nnodes` ranks; entries may override.
+    launcher: Launcher = "process"
+    torchrun: Torchrun | None = None
     workloads: list[WorkloadEntry] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -124,7 +155,22 @@ class Suite(_Strict):
             raise ValueError("`unaccelerated: cap` needs `unaccelerated_max_steps`")
         if self.backend == "jax" and self.amp == "native":
             raise ValueError("`backend: jax` needs `amp: ampcert`: JAX has no native autocast to compare with")
+        for entry in self.workloads:
+            if self.launcher_of(entry) != "torchrun":
+                continue
+            if self.backend != "torch":
+                raise ValueError(f"workload {entry.label!r}: `launcher: torchrun` trains the torch backend "
+                                 "(DistributedDataParallel); the JAX backend runs one process per run")
+            if self.torchrun_of(entry) is None:
+                raise ValueError(f"workload {entry.label!r}: `launcher: torchrun` needs "
+                                 "`torchrun: {nproc_per_node: N}` (in the suite or the entry)")
         return self
+
+    def launcher_of(self, entry: WorkloadEntry) -> str:
+        return entry.launcher or self.launcher
+
+    def torchrun_of(self, entry: WorkloadEntry) -> Torchrun | None:
+        return entry.torchrun or self.torchrun
 
 
 class RunSpec(_Strict):
@@ -156,6 +202,19 @@ class RunSpec(_Strict):
     loss_scaling: bool = True
     # 0 for a seed's run; 1, 2, ... for repeats of it (determinism checks).
     repeat: int = Field(default=0, ge=0)
+    # launcher: torchrun trains on nnodes x nproc_per_node data-parallel ranks;
+    # only that world size enters identity(), the rendezvous settings do not.
+    launcher: Launcher = "process"
+    nproc_per_node: int = Field(default=1, ge=1)
+    nnodes: int = Field(default=1, ge=1)
+    rdzv_backend: str | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    node_rank: int | None = Field(default=None, ge=0)
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node if self.launcher == "torchrun" else 1
 
     def identity(self) -> dict[str, Any]:
         """The fields that decide what a run computes; its id hashes these.
@@ -173,6 +232,9 @@ class RunSpec(_Strict):
             ident["loss_scaling"] = False
         if self.repeat:
             ident["repeat"] = self.repeat
+        if self.launcher == "torchrun":
+            ident["launcher"] = "torchrun"
+            ident["world_size"] = self.world_size
         return ident
 
     @property
@@ -307,6 +369,7 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"]) -> list[RunSpec]:
         min_seeds, repeats = pack.min_seeds(), pack.repeats()
     runs: list[RunSpec] = []
     for entry in suite.workloads:
+        launch = _launch_fields(suite, entry)
         params, declared = registry.resolve(entry)
         budget = entry.train or suite.train or TrainBudget(
             target=declared.target, max_steps=declared.max_steps, eval_every=declared.eval_every)
@@ -332,9 +395,18 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"]) -> list[RunSpec]:
                         telemetry_rate_hz=suite.telemetry.rate_hz,
                         loss_scaling=entry.loss_scaling,
                         repeat=repeat,
+                        **launch,
                     )
                 )
     return runs
+
+
+def _launch_fields(suite: Suite, entry: WorkloadEntry) -> dict[str, Any]:
+    if suite.launcher_of(entry) != "torchrun":
+        return {}
+    tr = suite.torchrun_of(entry)
+    assert tr is not None  # Suite._check
+    return {"launcher": "torchrun", **tr.model_dump()}
 
 
 def with_min_seeds(seeds: list[int], minimum: int) -> list[int]:

@@ -45,6 +45,19 @@ What this module adds to ``GradScaler``
    whether the update saw an overflow and whether a step was skipped, recorded on the
    device without syncing.
 
+Data-parallel training
+----------------------
+Under ``torch.distributed`` every rank holds its own scaler, and the scales must never
+drift apart: a rank that skips a step its peers apply ends up with different weights.
+DistributedDataParallel all-reduces the gradients, so an overflow usually shows on every
+rank, but not always (gradients outside DDP, ``no_sync`` accumulation, a non-finite value
+that a rank's local check sees before the reduction).  So the overflow decision is reduced
+explicitly: after each optimizer's inf check the flag is all-reduced with ``MAX`` across the
+ranks (``sync_ranks``; by default whenever a process group of more than one rank is
+initialised), and every rank skips or applies the same steps and holds the same scale.
+The reduction is one collective per :meth:`unscale_` (one tiny ``all_reduce``, no host
+sync with NCCL); every rank must unscale the same optimizers in the same order.
+
 State machine
 -------------
 Each optimizer has a stage, reset to ``READY`` by :meth:`~DynamicLossScaler.update`::
@@ -189,6 +202,10 @@ class DynamicLossScaler:
         record_trajectory: record telemetry for :meth:`trajectory` (12 bytes per
             :meth:`update` on the device until collected, then 6 bytes on the host;
             a million steps cost ~6 MB).  Call :meth:`reset_trajectory` to free it.
+        sync_ranks: reduce the overflow flag across ``torch.distributed`` ranks (``MAX``)
+            so all ranks skip the same steps.  ``None`` (default): when a process group
+            with more than one rank is initialised.  ``process_group`` picks the group
+            (default: the default group).
 
     Numerics: with ``min_scale=0.0, max_scale=float("inf")`` the scale, growth tracker,
     skip decisions, parameters and optimizer state match ``GradScaler`` bit for bit, on
@@ -215,8 +232,12 @@ class DynamicLossScaler:
         max_scale: float = 2.0**24,
         sync_free: bool | None = None,
         record_trajectory: bool = True,
+        sync_ranks: bool | None = None,
+        process_group: Any = None,
     ) -> None:
         self._device = device
+        self._sync_ranks = sync_ranks
+        self._process_group = process_group
         self._enabled = enabled
         if self._device == "cuda" and enabled and _amp_definitely_not_available():
             warnings.warn(
@@ -389,10 +410,39 @@ class DynamicLossScaler:
             else scale.reciprocal()
         )
         found_inf = torch.full((), 0.0, dtype=torch.float32, device=scale.device)
-        optimizer_state["found_inf_per_device"] = self._unscale_grads_(
-            optimizer, inv_scale, found_inf, False
+        optimizer_state["found_inf_per_device"] = self._reduce_across_ranks(
+            self._unscale_grads_(optimizer, inv_scale, found_inf, False), scale.device
         )
         optimizer_state["stage"] = OptState.UNSCALED
+
+    # ------------------------------------------------------------------ ranks
+    def _ranks_to_sync(self) -> bool:
+        if self._sync_ranks is False:
+            return False
+        dist = torch.distributed
+        initialised = dist.is_available() and dist.is_initialized()
+        if not initialised:
+            if self._sync_ranks:
+                raise RuntimeError("sync_ranks=True, but torch.distributed is not initialised")
+            return False
+        return dist.get_world_size(self._process_group) > 1
+
+    def _reduce_across_ranks(
+        self, found_inf_per_device: dict[torch.device, torch.Tensor], device: torch.device
+    ) -> dict[torch.device, torch.Tensor]:
+        """One overflow flag for all ranks: the MAX of every rank's flags, written back
+        into each per-device flag, so every rank skips (or applies) the same step."""
+        if not self._ranks_to_sync():
+            return found_inf_per_device
+        flags = [t.to(device, non_blocking=True) for t in found_inf_per_device.values()]
+        # A rank without gradients still joins the collective, with a clear flag.
+        combined = torch.zeros((), dtype=torch.float32, device=device)
+        for t in flags:
+            combined = torch.maximum(combined, t.ne(0).to(torch.float32))
+        torch.distributed.all_reduce(combined, op=torch.distributed.ReduceOp.MAX, group=self._process_group)
+        for dev, t in found_inf_per_device.items():
+            t.copy_(combined.to(dev, non_blocking=True))
+        return found_inf_per_device
 
     # ------------------------------------------------------------------ step
     def _maybe_opt_step(
@@ -831,6 +881,7 @@ class DynamicLossScaler:
         self._materialise_trajectory()
         state = self.__dict__.copy()
         state["_snapshots"] = None
+        state["_process_group"] = None  # process groups do not pickle: the default group after loading
         if self._enabled:
             if len(self._per_optimizer_states) != 0:
                 raise AssertionError(
@@ -844,6 +895,8 @@ class DynamicLossScaler:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("_sync_ranks", None)  # pickled before the field existed
+        state.setdefault("_process_group", None)
         self.__dict__.update(state)
         self._snapshots = weakref.WeakKeyDictionary()
 
@@ -852,8 +905,8 @@ class DynamicLossScaler:
         _scale, _ = self._check_scale_growth_tracker("_check_inf_per_device")
         dummy_inv_scale = torch.full((), 1.0, dtype=torch.float32, device=_scale.device)
         found_inf = torch.full((), 0.0, dtype=torch.float32, device=_scale.device)
-        self._per_optimizer_states[id(optimizer)]["found_inf_per_device"] = self._unscale_grads_(
-            optimizer, dummy_inv_scale, found_inf, True
+        self._per_optimizer_states[id(optimizer)]["found_inf_per_device"] = self._reduce_across_ranks(
+            self._unscale_grads_(optimizer, dummy_inv_scale, found_inf, True), _scale.device
         )
         return self._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
 

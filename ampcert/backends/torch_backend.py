@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ampcert import mllog
+from ampcert.backends import distributed
 from ampcert.spec import RunSpec
 from ampcert.telemetry import Telemetry, ensure_pci_bus_order, torch_cuda_gpu_ref, torch_cuda_memory
 from ampcert.workloads import registry
@@ -181,13 +182,24 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
     cuda = spec.device == "cuda"
     if cuda:
         ensure_pci_bus_order()  # before CUDA starts in this process, so torch and NVML agree
-    tel = Telemetry.start(spec.device, spec.telemetry_rate_hz,
-                          gpus=[torch_cuda_gpu_ref()] if cuda else None,
-                          framework_memory=torch_cuda_memory if cuda else None)
+    dctx = distributed.current() if spec.launcher == "torchrun" else None
+    if dctx is not None and not dctx.is_main:  # rank 0 samples every device of its node
+        tel = distributed.NullTelemetry(dctx.rank)
+    else:
+        tel = Telemetry.start(spec.device, spec.telemetry_rate_hz,
+                              gpus=_local_gpus(dctx) if cuda else None,
+                              framework_memory=torch_cuda_memory if cuda else None)
     try:
         return _train(spec, log, progress, tel)
     finally:
         tel.close()  # a failed run stops the sampler too
+
+
+def _local_gpus(dctx: distributed.DistContext | None) -> list[int | str]:
+    """The GPUs to sample: this process's, or under torchrun every local rank's."""
+    if dctx is None:
+        return [torch_cuda_gpu_ref()]
+    return [torch_cuda_gpu_ref(i) for i in range(dctx.local_world)]
 
 
 def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None,
@@ -212,6 +224,12 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     amp = make_amp(spec)
     build_s = time.perf_counter() - t_build
     flops_per_step = count_train_flops(task)
+    # Under torchrun: train through DistributedDataParallel, evaluate `model` on rank 0.
+    dctx = distributed.current() if spec.launcher == "torchrun" else None
+    train_model, rank0 = model, dctx is None or dctx.is_main
+    if dctx is not None:
+        dctx.check_batch(task.batch_size)
+        train_model = dctx.wrap(model, device)
 
     budget = spec.train
     limit = budget.step_limit
@@ -222,7 +240,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         (mllog.AMP_IMPL, spec.amp), (mllog.AMP_POLICY, amp.policy.get("name")),
         (mllog.TRAIN_SAMPLES, len(task.train_x)), (mllog.EVAL_SAMPLES, len(task.eval_x)),
         ("max_steps", limit), ("target", budget.target),
-    ]:
+    ] + ([("world_size", dctx.world)] if dctx is not None else []):
         log.event(key, value)
     log.end(mllog.INIT_STOP)
     out["policy"] = amp.policy
@@ -257,10 +275,12 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
             x, y = task.train_x[idx], task.train_y[idx]
             if task.augment is not None:
                 x, y = task.augment(x, y, step)
+            if dctx is not None:  # this rank's shard of the global batch
+                x, y = dctx.shard(x), dctx.shard(y)
             data_s += time.perf_counter() - t_data
             optimizer.zero_grad(set_to_none=True)
             with amp.autocast():
-                loss = task.loss_fn(model(x), y)
+                loss = task.loss_fn(train_model(x), y)
             if scaler is None:
                 loss.backward()
                 optimizer.step()
@@ -284,6 +304,9 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         log.end(mllog.BLOCK_STOP, metadata={"first_step": step - window + 1, "step_count": window})
 
         window_losses = torch.stack(losses[-window:])
+        if dctx is not None:  # the global batch's loss: the mean of the ranks' shard means
+            window_losses = dctx.mean(window_losses)
+            losses[-window:] = list(window_losses)
         finite = torch.isfinite(window_losses)
         if scaler is None and not bool(finite.all()):
             bad = step - window + 1 + int((~finite).nonzero()[0])
@@ -298,7 +321,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         log.start(mllog.EVAL_START, metadata={"step": step})
         model.eval()
         with torch.no_grad(), amp.autocast():
-            value = float(task.evaluate(model, task.eval_x, task.eval_y))
+            value = float(task.evaluate(model, task.eval_x, task.eval_y)) if rank0 else math.nan
         model.train()
         _sync(device)
         eval_s += time.perf_counter() - t_eval
@@ -312,6 +335,14 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
                 loss_scale, skipped = traj["scale"], [i + 1 for i in traj["skipped_steps"]]
             log.event(mllog.LOSS_SCALE, loss_scale[-1] if loss_scale else None, {"step": step})
             log.event(mllog.SKIPPED_STEPS, len(skipped), {"step": step})
+        if dctx is not None:  # every rank follows rank 0's evaluation
+            decision = dctx.decide(_decision(value, budget.target, workload.higher_is_better, reached_at), device)
+            if not rank0:
+                if decision == distributed.FAIL:
+                    raise RunFailed(f"rank 0 ended the run at step {step}")
+                if decision == distributed.STOP:
+                    break
+                continue
         if not math.isfinite(value):
             raise RunFailed(f"eval {workload.metric} is {value} at step {step}")
         progress({"step": step, "limit": limit, "metric": value,
@@ -354,6 +385,13 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         out["peak_flops"] = {"value": spec.peak_flops, "unit": "FLOP/s", "method": spec.peak_source}
         if out["achieved_flops"]:
             out["mfu"] = out["achieved_flops"] / spec.peak_flops
+    if dctx is not None:
+        out["determinism"]["world_size"] = dctx.world
+        if device == "cuda" and spec.peak_flops:  # every GPU contributes to the achieved FLOP/s
+            out["peak_flops"] = {"value": spec.peak_flops * dctx.world, "unit": "FLOP/s",
+                                 "method": f"{spec.peak_source} x {dctx.world} GPUs"}
+            if out["achieved_flops"]:
+                out["mfu"] = out["achieved_flops"] / out["peak_flops"]["value"]
     if budget.target is not None:
         out["target_reached"] = reached_at is not None
         out.update(reached_at or {})
@@ -366,7 +404,18 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         "device_name": torch.cuda.get_device_name() if device == "cuda" else _cpu_name(),
         "data": task.data_note,
     }
+    if dctx is not None:
+        out["environment"]["distributed"] = dctx.describe(spec, task.batch_size)
     return out
+
+
+def _decision(value: float, target: float | None, higher_is_better: bool, reached_at: Any) -> int:
+    """Rank 0's verdict after an evaluation, as the other ranks must follow it."""
+    if not math.isfinite(value):
+        return distributed.FAIL
+    if target is not None and reached_at is None and (value >= target if higher_is_better else value <= target):
+        return distributed.STOP
+    return distributed.CONTINUE
 
 
 def count_train_flops(task) -> float | None:

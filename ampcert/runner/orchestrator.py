@@ -140,7 +140,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def write_plan(out: Path, plan: Plan) -> None:
+def write_plan(out: Path, plan: Plan, shard: dict[str, Any] | None = None) -> None:
     from ampcert.envinfo import fingerprint
 
     raw = plan.suite_path.read_bytes()
@@ -157,6 +157,7 @@ def write_plan(out: Path, plan: Plan) -> None:
         "certify": plan.suite.certify,
         "environment": fingerprint(),
         "runs": [r.model_dump(mode="json") for r in plan.runs],
+        **({"shard": shard} if shard else {}),  # run --shard i/n: the complete plan, and this shard's runs
     })
 
 
@@ -175,6 +176,10 @@ def _failure_reason(exitcode: int | None, timed_out: bool, timeout_s: int) -> st
 
 def run_one(spec: RunSpec, root: Path, on_event: Callable[[Event], None]) -> RunResult:
     """Run one spec in a worker process and return its (stored) result."""
+    if spec.launcher == "torchrun":  # data-parallel ranks under torch.distributed.run
+        from ampcert.runner.torchrun import run_torchrun
+
+        return run_torchrun(spec, root, on_event)
     from ampcert.runner.worker import now_iso
 
     rd = ResultsDir(root)

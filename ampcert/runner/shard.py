@@ -1,0 +1,151 @@
+"""Spread one suite over machines: ``run --shard i/n``, then ``merge``.
+
+Shards are numbered from 1: ``--shard i/n`` runs the runs whose 0-based
+position in the plan's stable order (workload entry, precision, seed,
+repeat) is congruent to ``i - 1`` modulo ``n``, so the shards together cover
+the matrix exactly once and neighbouring runs (a seed and its repeat, fp32
+and its low precisions) land on different machines. Every shard's plan.json
+holds the complete plan plus a ``shard`` record naming its own runs.
+
+``merge OUT DIR...`` joins the shard folders into one results folder that
+``certify``, ``report`` and ``sign`` treat like any other: it refuses
+folders planned from different suites (their ``suite_sha256`` differs) or
+with different run matrices, a run with results in two folders, and
+(without ``--partial``) runs that have no result in any of them. The source
+folders are read, never changed.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ampcert.errors import UserError
+from ampcert.results import ResultsDir, atomic_write_json, atomic_write_text
+from ampcert.spec import RunSpec
+
+_SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` -> ``(i, n)`` with ``1 <= i <= n``."""
+    m = _SHARD.match(text)
+    if not m:
+        raise UserError(f"--shard {text}: expected i/n, shard i of n counted from 1 (e.g. --shard 1/3)")
+    index, count = int(m.group(1)), int(m.group(2))
+    if count < 1 or not 1 <= index <= count:
+        raise UserError(f"--shard {text}: there is no shard {index} of {count}; shards are numbered 1 to "
+                        f"{max(count, 1)} (--shard 1/{max(count, 1)} ... {max(count, 1)}/{max(count, 1)})")
+    return index, count
+
+
+def select(runs: list[RunSpec], index: int, count: int) -> list[RunSpec]:
+    """The runs of shard ``index`` (1-based) of ``count``."""
+    return [r for k, r in enumerate(runs) if k % count == index - 1]
+
+
+def record(runs: list[RunSpec], index: int, count: int) -> dict[str, Any]:
+    """The ``shard`` entry of a shard's plan.json."""
+    return {"index": index, "count": count, "numbering": "1-based",
+            "rule": f"runs whose 0-based position in `runs` is {index - 1} modulo {count}",
+            "run_ids": [r.run_id for r in select(runs, index, count)]}
+
+
+def shard_runs(plan: dict[str, Any]) -> list[RunSpec]:
+    """The runs a results folder is responsible for: its shard's, or all of them."""
+    shard = plan.get("shard")
+    if not shard:
+        return list(plan["runs"])
+    mine = set(shard.get("run_ids") or [])
+    return [r for r in plan["runs"] if r.run_id in mine]
+
+
+def _live_lock(root: Path) -> int | None:
+    """The pid of a live ampcert writing to ``root``, if any (read-only check)."""
+    from ampcert.runner.orchestrator import _alive
+
+    try:
+        pid = int((root / ".lock").read_text().strip() or 0)
+    except (OSError, ValueError):
+        return None
+    return pid if pid and _alive(pid) else None
+
+
+def merge(out: Path, sources: list[Path], *, partial: bool = False) -> dict[str, Any]:
+    """Join shard folders into ``out`` (a new, empty folder). Returns what was merged."""
+    from ampcert.runner.orchestrator import FolderLock, prepare_out_dir
+
+    if not sources:
+        raise UserError("merge: give the shard folders to merge (ampcert merge OUT DIR...)")
+    seen: dict[Path, Path] = {}
+    plans: list[dict[str, Any]] = []
+    for d in sources:
+        if not d.is_dir():
+            raise UserError(f"{d}: results folder not found")
+        key = d.resolve()
+        if key in seen:
+            raise UserError(f"{d}: given twice (as {seen[key]})")
+        if out.exists() and key == out.resolve():
+            raise UserError(f"{d}: the merged folder cannot also be a source")
+        seen[key] = d
+        pid = _live_lock(d)
+        if pid is not None:
+            raise UserError(f"{d}: ampcert (pid {pid}) is still writing to this folder; merge it when it is done")
+        plans.append(ResultsDir(d).read_plan())
+
+    ref, ref_dir = plans[0], sources[0]
+    ref_ids = [r.run_id for r in ref["runs"]]
+    for d, plan in zip(sources[1:], plans[1:], strict=True):
+        if plan.get("suite_sha256") != ref.get("suite_sha256"):
+            raise UserError(f"{d}: planned from a different suite than {ref_dir} (suite {plan.get('suite')!r} "
+                            f"sha256 {str(plan.get('suite_sha256'))[:12]}, not {ref.get('suite')!r} "
+                            f"{str(ref.get('suite_sha256'))[:12]}); only shards of one suite merge")
+        ids = [r.run_id for r in plan["runs"]]
+        if ids != ref_ids:
+            other = next((i for i in ids if i not in set(ref_ids)), None) or next(
+                (i for i in ref_ids if i not in set(ids)), None)
+            raise UserError(f"{d}: plans other runs than {ref_dir} (e.g. {other or 'a different order'}); "
+                            "shards must be planned alike (same suite, device type and capabilities)")
+
+    owner: dict[str, tuple[Path, RunSpec]] = {}
+    for d, plan in zip(sources, plans, strict=True):
+        rd = ResultsDir(d)
+        for spec in plan["runs"]:
+            result = rd.read_result(spec.run_id)
+            if result is None:
+                if rd.result_file(spec.run_id).exists():
+                    raise UserError(f"{rd.result_file(spec.run_id)}: not a trusted result of this run "
+                                    "(truncated, not a RunResult, or another run's); resume that folder first")
+                continue
+            if spec.run_id in owner:
+                raise UserError(f"run {spec.run_id} has results in both {owner[spec.run_id][0]} and {d}; "
+                                "each run must come from one folder")
+            owner[spec.run_id] = (d, spec)
+    missing = [i for i in ref_ids if i not in owner]
+    if missing and not partial:
+        raise UserError(f"{len(missing)} of {len(ref_ids)} planned runs have no result in these folders "
+                        f"(first: {missing[0]}); give every shard's folder, or --partial to merge anyway")
+
+    prepare_out_dir(out)
+    rd_out = ResultsDir(out)
+    with FolderLock(out):
+        atomic_write_text(rd_out.suite_file, ResultsDir(ref_dir).suite_file.read_text(encoding="utf-8"))
+        for run_id, (d, _) in owner.items():
+            shutil.copytree(ResultsDir(d).run_dir(run_id), rd_out.run_dir(run_id),
+                            ignore=shutil.ignore_patterns(".*.tmp"))
+        merged = {k: v for k, v in ref.items() if k != "shard"}
+        merged["runs"] = [(owner[r.run_id][1] if r.run_id in owner else r).model_dump(mode="json")
+                          for r in ref["runs"]]
+        merged["merged_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        merged["merged_from"] = [
+            {"path": str(d), "shard": {k: v for k, v in (p.get("shard") or {}).items() if k != "run_ids"} or None,
+             "created_at": p.get("created_at"), "device": p.get("device"), "tool": p.get("tool"),
+             "environment": p.get("environment"), "capabilities": p.get("capabilities"),
+             "runs": [i for i in ref_ids if i in owner and owner[i][0] == d]}
+            for d, p in zip(sources, plans, strict=True)
+        ]
+        atomic_write_json(rd_out.plan_file, merged)
+    return {"runs": len(ref_ids), "merged": len(owner), "missing": missing, "certify": ref.get("certify")}

@@ -1,0 +1,209 @@
+"""Runs with ``launcher: torchrun``: start torch.distributed.run, watch it, record the outcome.
+
+The orchestrator's contract is the same as for a single worker process: the
+run gets its timeout, a run that hangs is killed, and a run that dies without
+a result becomes a failed RunResult with the reason. torchrun is started in
+a process group of its own; its ranks live in sessions of their own (torchrun
+puts them there), so they write their pids into a private channel folder and
+are killed by pid, and each rank also exits when its torchrun agent or the
+orchestrator dies. Everything torchrun and the ranks print goes to
+``runs/<run_id>/launcher.log``; rank 0 reports progress through the channel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ampcert.results import ResultsDir, RunResult, atomic_write_json
+from ampcert.spec import RunSpec
+
+LOG_NAME = "launcher.log"
+
+
+def command(spec: RunSpec, spec_file: Path, root: Path, channel: Path, *,
+            orchestrator: int | None = None, spawned: float | None = None,
+            environ: dict[str, str] | None = None) -> list[str]:
+    """The torchrun command line for ``spec``. Rendezvous settings the suite
+    leaves out are left to torchrun (and its ``PET_*`` environment variables);
+    a one-node run with none of them uses ``--standalone`` (a private
+    rendezvous on a free port, so concurrent suites never collide)."""
+    env = os.environ if environ is None else environ
+    cmd = [sys.executable, "-m", "torch.distributed.run",
+           "--nproc_per_node", str(spec.nproc_per_node), "--nnodes", str(spec.nnodes),
+           "--max_restarts", "0"]
+    rendezvous = any(v is not None for v in (spec.rdzv_backend, spec.rdzv_endpoint, spec.rdzv_id, spec.node_rank))
+    from_env = any(k in env for k in ("PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "PET_MASTER_ADDR"))
+    if spec.nnodes == 1 and not rendezvous and not from_env:
+        cmd.append("--standalone")
+    else:
+        if spec.rdzv_backend is not None:
+            cmd += ["--rdzv_backend", spec.rdzv_backend]
+        if spec.rdzv_endpoint is not None:
+            cmd += ["--rdzv_endpoint", spec.rdzv_endpoint]
+        # One rendezvous per run: the nodes meet again for the next run of the
+        # suite under a new id, never in the previous run's closed rendezvous.
+        base = spec.rdzv_id if spec.rdzv_id is not None else env.get("PET_RDZV_ID")
+        cmd += ["--rdzv_id", f"{base}-{spec.run_id}" if base else spec.run_id]
+        if spec.node_rank is not None:
+            cmd += ["--node_rank", str(spec.node_rank)]
+    cmd += ["-m", "ampcert.runner.ddp_worker", "--spec", str(spec_file), "--root", str(root),
+            "--channel", str(channel)]
+    if orchestrator is not None:
+        cmd += ["--orchestrator", str(orchestrator)]
+    if spawned is not None:
+        cmd += ["--spawned", repr(spawned)]
+    return cmd
+
+
+class _Tail:
+    """Complete JSON lines appended to a file since the last read."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        out = []
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+
+def _kill_all(proc: subprocess.Popen, channel: Path) -> None:
+    """SIGKILL every rank that registered, then torchrun's process group."""
+    for pid_file in channel.glob("rank*.pid"):
+        try:
+            os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+_ERROR_LINE = re.compile(r"(\b\w*(Error|Exception|RunFailed)\b:|ampcert: (error|rank)|Signal \d+|exitcode\s*:)")
+
+
+def last_error(log: Path, limit: int = 300) -> str | None:
+    """The last line of the launcher log that names an error, shortened."""
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    if "Root Cause (first observed failure):" in lines:  # torchrun's own summary of a failed worker
+        cause = lines[lines.index("Root Cause (first observed failure):"):]
+        fields = dict(re.findall(r"^\s*(rank|exitcode)\s*:\s*(.+?)\s*$", "\n".join(cause[:8]), re.M))
+        if fields:
+            return "first failure: " + ", ".join(f"{k} {v}" for k, v in fields.items())
+    for line in reversed(lines):
+        if _ERROR_LINE.search(line):
+            line = " ".join(line.split())
+            return line if len(line) <= limit else line[: limit - 3] + "..."
+    return None
+
+
+def failure_reason(returncode: int | None, timed_out: bool, timeout_s: int, log: Path) -> str:
+    if timed_out:
+        return f"timeout: run exceeded {timeout_s} s; torchrun and its ranks were killed"
+    if returncode is not None and returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
+        why = f"torchrun killed by {name} before rank 0 wrote the result"
+    else:
+        why = f"torchrun exited with code {returncode} before rank 0 wrote the result"
+    err = last_error(log)
+    return why + (f"; last error in {log.parent.name}/{log.name}: {err}" if err else f"; see {log}")
+
+
+def run_torchrun(spec: RunSpec, root: Path, on_event: Callable[[dict[str, Any]], None]) -> RunResult:
+    """Train ``spec`` on its torchrun ranks and return its result.
+
+    On a node whose ranks do not include rank 0 (multi-node), nothing is
+    stored: the returned result is ``skipped`` with the reason, and the
+    result lives in the results folder of the node that ran rank 0."""
+    from ampcert.runner.worker import now_iso
+
+    rd = ResultsDir(root)
+    run_dir = rd.run_dir(spec.run_id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rd.result_file(spec.run_id).unlink(missing_ok=True)  # a retried run: this attempt decides
+    channel = Path(tempfile.mkdtemp(prefix="ampcert-torchrun-"))
+    spec_file = channel / "spec.json"
+    spec_file.write_text(spec.model_dump_json(), encoding="utf-8")
+    log_path = run_dir / LOG_NAME
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    started_at = now_iso()
+    spawned = time.time()
+    timed_out = False
+    try:
+        cmd = command(spec, spec_file, root, channel, orchestrator=os.getpid(), spawned=spawned, environ=env)
+        with log_path.open("w", encoding="utf-8") as log:
+            log.write("$ " + " ".join(cmd) + "\n")
+            log.flush()
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, start_new_session=True)
+        tail = _Tail(channel / "progress.jsonl")
+        deadline = time.monotonic() + spec.timeout_s
+        try:
+            while proc.poll() is None:
+                for event in tail.read():
+                    on_event(event)
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    break
+                time.sleep(0.25)
+        finally:  # a timeout, or the orchestrator interrupted: no rank outlives this call
+            if proc.poll() is None:
+                _kill_all(proc, channel)
+                proc.wait()
+                _kill_all(proc, channel)  # ranks that registered while torchrun was being killed
+        for event in tail.read():
+            on_event(event)
+        follower = channel / "node.json"
+        node = json.loads(follower.read_text()) if follower.exists() else None
+    finally:
+        shutil.rmtree(channel, ignore_errors=True)
+
+    result = rd.read_result(spec.run_id)
+    if result is None and not timed_out and proc.returncode == 0 and node is not None:
+        return RunResult(
+            run_id=spec.run_id, spec=spec, status="skipped",
+            reason=(f"trained as node {node['node_rank']} of {node['nnodes']}; rank 0 ran on another node, "
+                    "whose results folder holds this run"),
+            started_at=started_at, finished_at=now_iso(), wall_s=time.time() - spawned,
+            accelerated=spec.accelerated, capability_note=spec.capability_note,
+        )
+    if result is None or timed_out:
+        result = RunResult(
+            run_id=spec.run_id, spec=spec, status="failed",
+            reason=failure_reason(proc.returncode, timed_out, spec.timeout_s, log_path),
+            started_at=started_at, finished_at=now_iso(), wall_s=time.time() - spawned,
+            accelerated=spec.accelerated, capability_note=spec.capability_note,
+        )
+        atomic_write_json(rd.result_file(spec.run_id), result)
+    return result
