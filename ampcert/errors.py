@@ -13,3 +13,15 @@ class UserError(Exception):
     """
 
     exit_code = 2
+
+    def __init__(self, message: object = "") -> None:
+        super().__init__(one_line(str(message)))
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other unprintable characters escaped
+    (``\\n``): a file or field name taken from user input can hold them, and
+    the message must stay one line that cannot rewrite the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -103,5 +103,5 @@ def read(path: Path) -> Iterator[Event]:
                 rec = json.loads(line[len(PREFIX):])
                 yield Event(lineno, rec["key"], rec.get("value"), rec["event_type"],
                             int(rec["time_ms"]), rec.get("metadata") or {}, rec.get("namespace", ""))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError, RecursionError) as exc:
                 raise ValueError(f"{path}:{lineno}: malformed MLLOG event: {exc}") from None

@@ -207,19 +207,38 @@ class ResultsDir:
         try:
             plan = json.loads(self.plan_file.read_text(encoding="utf-8"))
             plan["runs"] = [RunSpec.model_validate(r) for r in plan["runs"]]
-        except (json.JSONDecodeError, KeyError, TypeError, ValidationError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:  # ValueError: JSON, pydantic, 5000-digit ints
             raise UserError(f"{self.plan_file}: unreadable plan: {str(exc).splitlines()[0]}") from None
         return plan
 
     def read_result(self, run_id: str) -> RunResult | None:
         """The stored result, or None if the run has none that can be trusted
         (missing, truncated, not JSON, not a RunResult, or for another run)."""
+        return self.check_result(run_id)[0]
+
+    def check_result(self, run_id: str) -> tuple[RunResult | None, str | None]:
+        """(the trusted result, None); (None, None) when there is no result
+        file; (None, why) when there is one that cannot be trusted."""
         path = self.result_file(run_id)
         try:
-            result = RunResult.model_validate_json(path.read_bytes())
-        except (OSError, ValidationError):
-            return None
-        return result if result.run_id == run_id else None
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None, None
+        except OSError as exc:
+            return None, f"unreadable ({exc.strerror or type(exc).__name__})"
+        try:
+            result = RunResult.model_validate_json(data)
+        except ValidationError as err:
+            first = err.errors()[0]
+            if first["type"] == "json_invalid":
+                return None, f"not valid JSON, truncated or corrupted ({first['msg']})"
+            where = ".".join(str(x) for x in first["loc"]) or "(top level)"
+            return None, f"not an ampcert run result ({where}: {first['msg']})"
+        if result.run_id != run_id:
+            return None, f"holds the result of another run ({result.run_id})"
+        if result.spec.run_id != run_id:
+            return None, "its spec is not the spec of this run (edited or copied from elsewhere)"
+        return result, None
 
 
 # --------------------------------------------------------------------------- loading

@@ -275,10 +275,59 @@ def validation_message(source: str, err: ValidationError, data: Any) -> str:
     if first["type"] == "extra_forbidden":
         msg = "unknown field"
     elif first["type"] == "literal_error":
-        msg = f"got {first.get('input')!r}, {msg.lower()}"
+        shown = repr(first.get("input"))
+        msg = f"got {shown if len(shown) <= 60 else shown[:57] + '...'}, {msg.lower()}"
     more = len(err.errors()) - 1
     suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
     return f"{source}: {where}: {msg}{suffix}"
+
+
+# A hand-written suite, policy or rule file is far below these: past them
+# lies a file that would hang (aliases expanding to billions of values) or
+# crash (recursion) the code that reads it.
+YAML_MAX_VALUES = 100_000
+YAML_MAX_DEPTH = 50
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load``, and every way it can fail as a ``yaml.YAMLError``
+    with a one-line message: PyYAML lets ValueError (``2024-13-01``, ``!!int
+    x``), KeyError (``!!bool maybe``) and RecursionError (deep nesting)
+    through, and expands aliases lazily, so a few lines can stand for more
+    values than any reader can walk."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply to parse") from None
+    except (ValueError, KeyError, TypeError, OverflowError) as exc:
+        detail = " ".join(str(exc).split())[:200]
+        raise yaml.YAMLError(f"a value its type or tag cannot hold ({type(exc).__name__}: {detail})") from None
+    problem = yaml_size_problem(data)
+    if problem:
+        raise yaml.YAMLError(problem)
+    return data
+
+
+def yaml_size_problem(data: Any, max_values: int = YAML_MAX_VALUES, max_depth: int = YAML_MAX_DEPTH) -> str | None:
+    """Why ``data`` (parsed YAML, aliases expanded as a reader would see
+    them) is too big or too deep to read, or None. Iterative: it cannot
+    itself recurse too deeply, and it stops at the first limit crossed."""
+    count, stack = 0, [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if count > max_values:
+            return f"more than {max_values} values once aliases are expanded"
+        if depth > max_depth:
+            return f"nested deeper than {max_depth} levels (or an alias refers to itself)"
+        if isinstance(node, dict):
+            for k, v in node.items():
+                stack += [(k, depth + 1), (v, depth + 1)]
+        elif isinstance(node, (list, tuple, set, frozenset)):
+            stack += [(v, depth + 1) for v in node]
+    return None
 
 
 def read_yaml(path: str | Path, what: str = "file") -> Any:
@@ -293,7 +342,7 @@ def read_yaml(path: str | Path, what: str = "file") -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{p}: cannot read {what}: {exc}") from None
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

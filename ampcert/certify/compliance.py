@@ -76,11 +76,11 @@ class Violation:
 
 
 def load_compliance_rules(path: str | Path | None = None) -> ComplianceRules:
-    from ampcert.spec import validation_message
+    from ampcert.spec import load_yaml, validation_message
 
     p = Path(path) if path else DEFAULT_RULES
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = load_yaml(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UserError(f"{p}: expected a readable rule file, got {type(exc).__name__}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
@@ -118,7 +118,7 @@ def _parse(path: Path) -> tuple[list[_Ev], list[Violation], int]:
                 raise TypeError("not an object")
             events.append(_Ev(lineno, str(rec["key"]), str(rec["event_type"]), rec.get("value"),
                               rec.get("metadata") or {}))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:  # ValueError: also 5000-digit ints
             bad.append(Violation(str(path), lineno, "format", f"not a valid MLLOG event ({type(exc).__name__})"))
     return events, bad, last
 

@@ -176,7 +176,7 @@ def shipped_rule_names() -> list[str]:
 def load_rules(ref: str | Path | None = None, base_dir: Path | None = None) -> RulePack:
     """A rule pack from a path or a shipped name (``default``, ``procurement``);
     raises UserError with one line on any problem."""
-    from ampcert.spec import validation_message
+    from ampcert.spec import load_yaml, validation_message
 
     text = str(ref or "default")
     candidates = []
@@ -193,7 +193,7 @@ def load_rules(ref: str | Path | None = None, base_dir: Path | None = None) -> R
                         f"{shipped_rule_names()}, got {text!r}")
     try:
         raw = path.read_bytes()
-        data = yaml.safe_load(raw.decode("utf-8"))
+        data = load_yaml(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: expected a readable UTF-8 rule file, got {type(exc).__name__}") from None
     except yaml.YAMLError as exc:

@@ -199,7 +199,17 @@ def build_report(rs: ResultSet) -> Report:
         description = ""
     cert = None
     if rd.verdicts_file.exists():
-        cert = Certificate.model_validate_json(rd.verdicts_file.read_text(encoding="utf-8"))
+        from pydantic import ValidationError
+
+        from ampcert.errors import UserError
+
+        try:
+            cert = Certificate.model_validate_json(rd.verdicts_file.read_bytes())
+        except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+            lines = str(exc).splitlines()
+            first = (lines[1] if isinstance(exc, ValidationError) and len(lines) > 1 else lines[0]).strip()
+            raise UserError(f"{rd.verdicts_file}: not trusted, not the verdicts ampcert wrote ({first}); "
+                            f"re-create it with `ampcert certify {rs.root}`") from None
     runs = sorted(rs.runs, key=lambda r: r.run_id)
     policies: dict[tuple, int] = {}
     for r in runs:

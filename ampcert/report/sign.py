@@ -142,18 +142,22 @@ def statement(root: Path) -> dict[str, Any]:
         if not path.is_file():
             raise UserError(f"{path}: missing; render the report first (`ampcert report {root}`)")
         subjects.append({"name": name, "digest": {"sha256": sha256_file(path)}})
-    report = json.loads((root / "report.json").read_text(encoding="utf-8"))
-    cert = report.get("certificate") or {}
-    predicate = {
-        "tool": {"name": "ampcert", "version": __version__},
-        "suite": {"name": report["suite"]["name"], "sha256": report["suite"]["sha256"]},
-        "rules": report.get("rules"),
-        "verdict": cert.get("status", "NOT CERTIFIED"),
-        "subjects": [{**s["subject"], "status": s["status"]} for s in cert.get("subjects", [])],
-        "runs": {"total": len(report["runs"]),
-                 "completed": sum(r["status"] == "completed" for r in report["runs"]),
-                 "failed": sum(r["status"] == "failed" for r in report["runs"])},
-    }
+    try:
+        report = json.loads((root / "report.json").read_text(encoding="utf-8"))
+        cert = report.get("certificate") or {}
+        predicate = {
+            "tool": {"name": "ampcert", "version": __version__},
+            "suite": {"name": report["suite"]["name"], "sha256": report["suite"]["sha256"]},
+            "rules": report.get("rules"),
+            "verdict": cert.get("status", "NOT CERTIFIED"),
+            "subjects": [{**s["subject"], "status": s["status"]} for s in cert.get("subjects", [])],
+            "runs": {"total": len(report["runs"]),
+                     "completed": sum(r["status"] == "completed" for r in report["runs"]),
+                     "failed": sum(r["status"] == "failed" for r in report["runs"])},
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise UserError(f"{root / 'report.json'}: not an ampcert report ({type(exc).__name__}: {exc}); "
+                        f"re-render it with `ampcert report {root}`") from None
     return {"_type": STATEMENT_TYPE, "subject": subjects, "predicateType": PREDICATE_TYPE, "predicate": predicate}
 
 

@@ -13,6 +13,7 @@ import hashlib
 import multiprocessing as mp
 import os
 import queue as queue_mod
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -20,6 +21,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 from ampcert import __version__
 from ampcert.errors import UserError
@@ -82,32 +88,90 @@ def default_out_dir(suite_name: str) -> Path:
 
 def prepare_out_dir(out: Path) -> None:
     """Create the folder, refusing one that already holds anything (results
-    are never overwritten; --resume continues a folder)."""
+    are never overwritten; --resume continues a folder). A folder left by an
+    invocation killed before it wrote plan.json (its dead lock, the suite
+    copy, temp files) holds no results and is taken over."""
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()):
+    if out.is_dir() and any(out.iterdir()) and not _interrupted_before_plan(out):
         raise UserError(f"--out {out}: folder is not empty; use `ampcert run --resume {out}` "
                         "to continue it, or choose another folder")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe_file = out / ".write-test"
+        probe_file = out / f".write-test-{os.getpid()}"
         probe_file.write_text("")
         probe_file.unlink()
     except OSError as exc:
         raise UserError(f"--out {out}: cannot write there: {exc.strerror or exc}") from None
 
 
+# What an invocation leaves in its folder before plan.json exists: the lock,
+# the write probe, the suite copy and atomic-write temp files.
+_PRE_PLAN = re.compile(r"^(\.lock|\.write-test(-\d+)?|suite\.yaml|\.(suite\.yaml|plan\.json)\.[^/]*\.tmp)$")
+
+
+def _interrupted_before_plan(out: Path) -> bool:
+    names = {p.name for p in out.iterdir()}
+    # The lock is removed on every normal exit: a suite copy beside a lock
+    # is ours, never a user's file.
+    return (all(_PRE_PLAN.match(n) for n in names) and ("suite.yaml" not in names or ".lock" in names))
+
+
 class FolderLock:
     """One invocation per results folder: a second one is refused, not interleaved.
 
-    The lock file holds the owner's pid; a lock left by a dead process (say, a
-    SIGKILL) is stale and is taken over.
+    The lock is an flock on ``.lock`` (which also holds the owner's pid, for
+    the message): the kernel drops it when its owner dies, even by SIGKILL, so
+    a stale lock file is simply taken over, and two invocations racing for a
+    stale lock cannot both win. Once held, temp files of atomic writes that a
+    killed writer left behind are removed: nobody else can be writing them.
     """
 
     def __init__(self, root: Path):
+        self.root = root
         self.path = root / ".lock"
+        self._fd: int | None = None
 
     def __enter__(self) -> FolderLock:
+        if fcntl is None:  # pragma: no cover - no flock (Windows): the pid file alone
+            self._enter_pidfile()
+        else:
+            self._enter_flock()
+        _remove_stale_temp_files(self.root)
+        return self
+
+    def _refuse(self, pid: int) -> UserError:
+        return UserError(f"{self.root}: another ampcert (pid {pid or 'unknown'}) is writing to this "
+                         "folder; wait for it to finish (or stop it), then use `ampcert run --resume`")
+
+    def _enter_flock(self) -> None:
+        for _ in range(20):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                pid = _read_pid(fd)
+                os.close(fd)
+                raise self._refuse(pid) from None
+            try:  # the file we locked must still be the one at the path (a releasing owner unlinks it)
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+            pid = _read_pid(fd)
+            if pid and pid != os.getpid() and _alive(pid):
+                # A pid lock (not an flock) of a live process: an older ampcert.
+                os.close(fd)
+                raise self._refuse(pid)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            self._fd = fd
+            return
+        raise UserError(f"{self.path}: could not take the folder lock")
+
+    def _enter_pidfile(self) -> None:  # pragma: no cover - platforms without fcntl
         for _ in range(2):
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -117,27 +181,56 @@ class FolderLock:
                 except (OSError, ValueError):
                     pid = 0
                 if pid and _alive(pid):
-                    raise UserError(f"{self.path.parent}: another ampcert (pid {pid}) is writing "
-                                    "to this folder") from None
+                    raise self._refuse(pid) from None
                 self.path.unlink(missing_ok=True)
                 continue
             with os.fdopen(fd, "w") as fh:
                 fh.write(str(os.getpid()))
-            return self
+            return
         raise UserError(f"{self.path}: could not take the folder lock")
 
     def __exit__(self, *exc: object) -> None:
-        self.path.unlink(missing_ok=True)
+        self.path.unlink(missing_ok=True)  # while still held: nobody can be between lock and check
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _read_pid(fd: int) -> int:
+    try:
+        return int(os.pread(fd, 32, 0).decode("ascii", "replace").strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _remove_stale_temp_files(root: Path) -> None:
+    """Temp files of atomic writes (``.NAME.XXXX.tmp``) in the folder and its
+    run folders: left only by a writer that was killed mid-write."""
+    for pattern in (".*.tmp", "runs/*/.*.tmp"):
+        for p in root.glob(pattern):
+            p.unlink(missing_ok=True)
+
+
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """(state, start time) of a process from /proc, or None where unavailable."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2:].split()
+    return (fields[0], fields[19]) if len(fields) > 19 else None
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    stat = _proc_stat(pid)
+    return stat is None or stat[0] not in ("Z", "X")
 
 
 def write_plan(out: Path, plan: Plan, shard: dict[str, Any] | None = None) -> None:
@@ -145,6 +238,8 @@ def write_plan(out: Path, plan: Plan, shard: dict[str, Any] | None = None) -> No
 
     raw = plan.suite_path.read_bytes()
     rd = ResultsDir(out)
+    if rd.plan_file.exists():  # (under the folder lock) another invocation planned here first
+        raise UserError(f"--out {out}: another ampcert invocation has started writing to this folder")
     atomic_write_text(rd.suite_file, raw.decode("utf-8"))
     atomic_write_json(rd.plan_file, {
         "tool": f"ampcert {__version__}",
@@ -188,7 +283,7 @@ def run_one(spec: RunSpec, root: Path, on_event: Callable[[Event], None]) -> Run
     started_at = now_iso()
     spawned = time.time()
     proc = ctx.Process(
-        target=_process_entry, args=(spec.model_dump_json(), str(root), events, spawned),
+        target=_process_entry, args=(spec.model_dump_json(), str(root), events, spawned, os.getpid()),
         name=f"ampcert-{spec.run_id}", daemon=True,
     )
     proc.start()
@@ -224,10 +319,10 @@ def run_one(spec: RunSpec, root: Path, on_event: Callable[[Event], None]) -> Run
     return result
 
 
-def _process_entry(spec_json: str, root: str, events, spawned: float) -> None:
+def _process_entry(spec_json: str, root: str, events, spawned: float, orchestrator: int) -> None:
     from ampcert.runner.worker import process_main
 
-    process_main(spec_json, root, events, spawned)
+    process_main(spec_json, root, events, spawned, orchestrator)
 
 
 def skipped_result(spec: RunSpec) -> RunResult:
@@ -235,11 +330,17 @@ def skipped_result(spec: RunSpec) -> RunResult:
                      accelerated=spec.accelerated, capability_note=spec.capability_note)
 
 
-def pending_runs(rd: ResultsDir, runs: list[RunSpec], retry_failed: bool) -> list[RunSpec]:
-    """Runs without a trustworthy result (and failed ones, if asked)."""
+def pending_runs(rd: ResultsDir, runs: list[RunSpec], retry_failed: bool,
+                 on_event: Callable[[Event], None] = lambda e: None) -> list[RunSpec]:
+    """Runs without a trustworthy result (and failed ones, if asked). A result
+    file that is there but cannot be trusted (truncated, not a RunResult,
+    another run's) is reported with an ``invalid`` event, and its run redone."""
     todo = []
     for spec in runs:
-        result = rd.read_result(spec.run_id)
+        result, problem = rd.check_result(spec.run_id)
+        if problem is not None:
+            on_event({"kind": "invalid", "run_id": spec.run_id,
+                      "path": str(rd.result_file(spec.run_id)), "reason": problem})
         if result is None or (retry_failed and result.status == "failed"):
             todo.append(spec)
     return todo
@@ -250,7 +351,7 @@ def execute_plan(root: Path, runs: list[RunSpec], *, retry_failed: bool = False,
     """Run every pending spec in order, emitting progress events:
     ``{"kind": "start"|"step"|"done", ...}``."""
     rd = ResultsDir(root)
-    todo = pending_runs(rd, runs, retry_failed)
+    todo = pending_runs(rd, runs, retry_failed, on_event)
     on_event({"kind": "plan", "total": len(runs), "todo": len(todo)})
     for spec in todo:
         on_event({"kind": "start", "run_id": spec.run_id, "limit": spec.train.step_limit})

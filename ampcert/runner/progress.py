@@ -40,7 +40,10 @@ class RunProgress:
 
     def handle(self, event: dict[str, Any]) -> None:
         kind = event["kind"]
-        if kind == "plan":
+        if kind == "invalid":
+            self.console.print(f"ampcert: warning: {event['path']}: {event['reason']}; not trusted, "
+                               "the run is redone", markup=False, highlight=False, soft_wrap=True)
+        elif kind == "plan":
             self.total = event["total"]
             done = self.total - event["todo"]
             if done:

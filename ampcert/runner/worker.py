@@ -8,6 +8,8 @@ recorded by the orchestrator, which sees the exit code and no result file.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 import traceback
 from datetime import datetime, timezone
@@ -22,6 +24,30 @@ from ampcert.spec import RunSpec
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def exit_with(pid: int, interval_s: float = 0.2) -> None:
+    """End this process when process ``pid`` (its orchestrator) dies.
+
+    Only the orchestrator enforces a run's timeout and owns the results
+    folder's lock: a worker that outlived it (the orchestrator SIGKILLed, or
+    killed by the out-of-memory killer) would train on unwatched, hang
+    forever if it hangs, hold its memory and write into a folder that a
+    resumed invocation is writing too. The worker's parent is the forkserver,
+    not the orchestrator, so the kernel's parent-death signal cannot help."""
+    from ampcert.runner.orchestrator import _alive, _proc_stat
+
+    started = _proc_stat(pid)
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval_s)
+            now = _proc_stat(pid)
+            gone = not _alive(pid) or (started is not None and (now is None or now[1] != started[1]))
+            if gone:  # (a different start time: the pid was reused by another process)
+                os._exit(70)
+
+    threading.Thread(target=watch, name="ampcert-orchestrator-watch", daemon=True).start()
 
 
 def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None = None) -> RunResult:
@@ -85,9 +111,11 @@ def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None =
     return result
 
 
-def process_main(spec_json: str, root: str, queue, spawned_at: float) -> None:
+def process_main(spec_json: str, root: str, queue, spawned_at: float, orchestrator: int | None = None) -> None:
     """Entry point of a worker process (see orchestrator)."""
     spec = RunSpec.model_validate_json(spec_json)
+    if orchestrator is not None:
+        exit_with(orchestrator)
 
     def progress(update: dict) -> None:
         queue.put({"run_id": spec.run_id, **update})
