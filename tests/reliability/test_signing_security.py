@@ -61,6 +61,7 @@ def test_private_key_bytes_are_in_no_produced_file_or_output(the_lab):
     assert leaks == []
 
 
+@pytest.mark.slow
 def test_loose_key_permissions_warn_and_strict_ones_do_not(the_lab, tmp_path):
     folder = tmp_path / "other"
     shutil.copytree(the_lab.chains[0].out, folder)
@@ -76,6 +77,7 @@ def test_loose_key_permissions_warn_and_strict_ones_do_not(the_lab, tmp_path):
     assert strict.returncode == 0 and "warning" not in strict.stderr, strict.stderr
 
 
+@pytest.mark.slow
 def test_an_envelope_rejects_another_valid_report_swapped_in(the_lab, tmp_path):
     signed, other = the_lab.root / "a", the_lab.chains[0].out
     key = load_public_key(the_lab.pub)

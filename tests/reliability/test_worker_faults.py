@@ -95,6 +95,7 @@ def test_a_worker_out_of_memory_fails_alone_with_the_reason(memory_run):
     assert len(runs["digits"].loss) == 6
 
 
+@pytest.mark.slow
 def test_invocations_on_a_folder_in_use_are_refused_with_a_clear_line(memory_run):
     out, first, busy, still_running, pid = memory_run
     assert still_running, "the first invocation ended before the others tried its folder"
@@ -110,6 +111,7 @@ def test_invocations_on_a_folder_in_use_are_refused_with_a_clear_line(memory_run
     assert len(load(out).runs) == 4 and not (out / "verdicts.json").exists()
 
 
+@pytest.mark.slow
 def test_corrupted_plan_verdicts_and_report_are_one_line_exit_2(memory_run, tmp_path):
     from ampcert.report.sign import keygen
 
