@@ -183,7 +183,13 @@ def certify(
         raise UserError(f"{results_dir}: no run results to certify")
     with _folder_lock(results_dir):
         cert = _certify(results_dir, result_set, rules)
+        # The report shows the verdicts, so it is re-rendered with the new ones
+        # (a signature over the old report no longer covers it, as it should not).
+        _write_report(result_set)
     _print_certificate(cert, results_dir)
+    if (results_dir / "report.dsse.json").exists():
+        console.print("note: report.json/report.html were re-rendered; sign them again "
+                      f"(ampcert sign {results_dir} --key KEY)", markup=False, soft_wrap=True)
     if cert.status == "FAIL" or (strict and cert.status == "INCONCLUSIVE"):
         raise typer.Exit(1)
 

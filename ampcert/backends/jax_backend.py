@@ -113,13 +113,12 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
 
     t_build = time.perf_counter()
     task = build_jax(params_model, spec.seed, device)
-    tt = task.torch_task
     jdev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
     params = jax.device_put(task.params, jdev)
     state = jax.device_put(task.state, jdev)
     opt_state = task.optimizer.init(params)
-    train_x, train_y = tt.train_x.cpu(), tt.train_y.cpu()
-    eval_x, eval_y = tt.eval_x.cpu().numpy(), tt.eval_y.cpu().numpy()
+    train_x, train_y = np.asarray(task.train_x), np.asarray(task.train_y)
+    eval_x, eval_y = np.asarray(task.eval_x), np.asarray(task.eval_y)
     build_s = time.perf_counter() - t_build
 
     low = DTYPE_NAMES.get(spec.precision)
@@ -139,7 +138,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
 
     budget = spec.train
     limit = budget.step_limit
-    lr_lambda = tt.lr_lambda or (lambda _: 1.0)
+    lr_lambda = task.lr_lambda or (lambda _: 1.0)
     lr_table = np.asarray([task.base_lr * lr_lambda(k) for k in range(limit)], np.float32)
 
     def step_fn(params, opt_state, state, scale, lr, x, y):
@@ -167,7 +166,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     eval_key = "eval_accuracy" if workload.metric == "accuracy" else f"eval_{workload.metric}"
     for key, value in [
         (mllog.SUBMISSION_BENCHMARK, spec.label), (mllog.SEED, spec.seed),
-        (mllog.GLOBAL_BATCH_SIZE, tt.batch_size), (mllog.PRECISION, spec.precision),
+        (mllog.GLOBAL_BATCH_SIZE, task.batch_size), (mllog.PRECISION, spec.precision),
         (mllog.AMP_IMPL, spec.amp), (mllog.AMP_POLICY, out["policy"]["name"]),
         (mllog.TRAIN_SAMPLES, len(train_x)), (mllog.EVAL_SAMPLES, len(eval_x)),
         ("max_steps", limit), ("target", budget.target), ("backend", "jax"),
@@ -180,7 +179,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     scales: list[float] = []
     skipped: list[int] = []
     evals: list[dict[str, Any]] = []
-    batches = _batches(len(train_x), tt.batch_size, spec.seed)
+    batches = _batches(len(train_x), task.batch_size, spec.seed)
     train_s = eval_s = data_s = 0.0
     compile_s: float | None = None
     reached_at: dict[str, Any] | None = None
@@ -197,11 +196,11 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         for _ in range(window):
             step += 1
             t0 = time.perf_counter()
-            idx = next(batches)
+            idx = next(batches).numpy()
             x, y = train_x[idx], train_y[idx]
-            if tt.augment is not None:
-                x, y = tt.augment(x, y, step)
-            x, y = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
+            if task.augment is not None:
+                x, y = task.augment(x, y, step)
+            x, y = jnp.asarray(x), jnp.asarray(y)
             t_data = time.perf_counter()
             data_s += t_data - t0
             params, opt_state, state, loss_scale, loss, finite_grads = step_jit(
@@ -235,7 +234,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         log.start(mllog.EVAL_START, metadata={"step": step})
         value = float(task.evaluate(functools.partial(_predict_host, predict, params, state), eval_x, eval_y))
         eval_s += time.perf_counter() - t_eval
-        samples = step * tt.batch_size
+        samples = step * task.batch_size
         log.event(eval_key, value, {"step": step, "samples": samples})
         log.end(mllog.EVAL_STOP, metadata={"step": step})
         evals.append({"step": step, "samples": samples, "train_time_s": train_s, "value": value})
@@ -254,7 +253,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
                               "time_to_target_s": time.perf_counter() - run_start}
                 break
 
-    out["telemetry"] = tel.stop(train_samples=step * tt.batch_size)
+    out["telemetry"] = tel.stop(train_samples=step * task.batch_size)
     out["telemetry_series"] = tel
     energy = out["telemetry"]["energy"]
     log.event(mllog.ENERGY_J, energy["train_j"], {"phase": "train", "scope": energy["scope"],
@@ -265,17 +264,17 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     flops_per_step = _step_flops(step_jit, params, opt_state, state, loss_scale, lr_table[0], x, y)
     out.update(
         steps=step,
-        train_samples=step * tt.batch_size,
+        train_samples=step * task.batch_size,
         loss=[v if math.isfinite(v) else None for v in losses],
         evals=evals,
         final_metric=evals[-1]["value"],
         target=budget.target,
-        samples_per_s=(timed_steps * tt.batch_size) / train_s if train_s > 0 else None,
+        samples_per_s=(timed_steps * task.batch_size) / train_s if train_s > 0 else None,
         flops_per_step=flops_per_step,
         achieved_flops=flops_per_step * timed_steps / train_s if flops_per_step and train_s > 0 else None,
         data_time_s=data_s,
         data_share=data_s / (train_s + (compile_s or 0.0)) if train_s > 0 else None,
-        data_info=tt.data_info or None,
+        data_info=task.data_info or None,
         step_time=step_time_stats(durations, "perf_counter around each step, blocked until ready "
                                              "(the first, compiling step excluded)"),
         step_times_ms=step_times_ms(durations),
@@ -296,7 +295,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
                              "eval_s": eval_s, "other_s": other_s}
     out["environment"] = {
         "jax": jax.__version__, "jax_backend": jax.default_backend(),
-        "device_name": jdev.device_kind, "data": tt.data_note,
+        "device_name": jdev.device_kind, "data": task.data_note,
         "compile_s": compile_s,
         "policy_rewrite": loss_of.report(params, state, x, y).as_dict() if policy is not None else None,
     }

@@ -223,7 +223,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, task.lr_lambda) if task.lr_lambda else None
     amp = make_amp(spec)
     build_s = time.perf_counter() - t_build
-    flops_per_step = count_train_flops(task)
+    flops_per_step = task.flops_per_step or count_train_flops(task)
     # Under torchrun: train through DistributedDataParallel, evaluate `model` on rank 0.
     dctx = distributed.current() if spec.launcher == "torchrun" else None
     train_model, rank0 = model, dctx is None or dctx.is_main

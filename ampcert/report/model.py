@@ -20,9 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert import __version__
 from ampcert.certify.checks import Certificate
+from ampcert.plan import CapacityPlan, capacity_plan
 from ampcert.results import ResultsDir, ResultSet, RunResult
 
 REPORT_SCHEMA_VERSION = 1
+PLAN_SAMPLES = 1_000_000  # the report's capacity section: per million training samples
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schemas" / f"report.v{REPORT_SCHEMA_VERSION}.schema.json"
 
 
@@ -94,6 +96,9 @@ class Report(_Model):
     missing_runs: list[str] = Field(default_factory=list, description="planned runs with no result")
     methods: dict[str, list[str]] = Field(description="how each figure was obtained, as recorded by the runs")
     not_measured: list[NotMeasured]
+    capacity: CapacityPlan | None = Field(
+        default=None, description=f"capacity plan for {PLAN_SAMPLES:,} training samples on one device "
+                                  "(`ampcert plan` for other figures)")
 
 
 # --------------------------------------------------------------------------- building
@@ -228,7 +233,16 @@ def build_report(rs: ResultSet) -> Report:
         rules=cert.rules if cert else None, certificate=cert, table=_table(runs, cert), runs=runs,
         missing_runs=sorted(rs.missing), methods=_methods(runs),
         not_measured=_not_measured(runs, plan.get("capabilities", {})),
+        capacity=_capacity(runs),
     )
+
+
+def _capacity(runs: list[RunResult]) -> CapacityPlan | None:
+    try:
+        cp = capacity_plan([r for r in runs if r.spec.repeat == 0], PLAN_SAMPLES, gpus=1)
+    except Exception:  # noqa: BLE001 - a report must render even where a plan cannot be made
+        return None
+    return cp if cp.rows else None
 
 
 def report_json(report: Report) -> str:
