@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ampcert import mllog
+from ampcert.backends import loop
 from ampcert.spec import RunSpec
 
 DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
@@ -164,15 +165,8 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     predict = jax.jit(predict_fn)
 
     eval_key = "eval_accuracy" if workload.metric == "accuracy" else f"eval_{workload.metric}"
-    for key, value in [
-        (mllog.SUBMISSION_BENCHMARK, spec.label), (mllog.SEED, spec.seed),
-        (mllog.GLOBAL_BATCH_SIZE, task.batch_size), (mllog.PRECISION, spec.precision),
-        (mllog.AMP_IMPL, spec.amp), (mllog.AMP_POLICY, out["policy"]["name"]),
-        (mllog.TRAIN_SAMPLES, len(train_x)), (mllog.EVAL_SAMPLES, len(eval_x)),
-        ("max_steps", limit), ("target", budget.target), ("backend", "jax"),
-    ]:
-        log.event(key, value)
-    log.end(mllog.INIT_STOP)
+    loop.log_run_config(log, spec, task.batch_size, len(train_x), len(eval_x), out["policy"]["name"],
+                        [("backend", "jax")])
 
     durations: list[float] = []
     losses: list[float] = []
@@ -246,18 +240,12 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         ok = [v for v in values if math.isfinite(v)]
         progress({"step": step, "limit": limit, "metric": value,
                   "loss": sum(ok) / len(ok) if ok else float("nan")})
-        if budget.target is not None and reached_at is None:
-            hit = value >= budget.target if workload.higher_is_better else value <= budget.target
-            if hit:
-                reached_at = {"steps_to_target": step, "samples_to_target": samples,
-                              "time_to_target_s": time.perf_counter() - run_start}
-                break
+        if reached_at is None and loop.target_hit(value, budget.target, workload.higher_is_better):
+            reached_at = {"steps_to_target": step, "samples_to_target": samples,
+                          "time_to_target_s": time.perf_counter() - run_start}
+            break
 
-    out["telemetry"] = tel.stop(train_samples=step * task.batch_size)
-    out["telemetry_series"] = tel
-    energy = out["telemetry"]["energy"]
-    log.event(mllog.ENERGY_J, energy["train_j"], {"phase": "train", "scope": energy["scope"],
-                                                  "method": energy["method"] or energy["reason"]})
+    loop.stop_telemetry(out, tel, log, step * task.batch_size)
     log.end(mllog.RUN_STOP, metadata={"status": "success"})
     t_tail = time.perf_counter()
     timed_steps = len(durations)
@@ -281,13 +269,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         peak_memory=_peak_memory(jdev),
         weights_sha256=params_digest(params),
     )
-    if spec.peak_flops:
-        out["peak_flops"] = {"value": spec.peak_flops, "unit": "FLOP/s", "method": spec.peak_source}
-        if out["achieved_flops"]:
-            out["mfu"] = out["achieved_flops"] / spec.peak_flops
-    if budget.target is not None:
-        out["target_reached"] = reached_at is not None
-        out.update(reached_at or {})
+    loop.finish(out, spec, reached_at)
     if loss_scale is not None:
         out["loss_scale"], out["skipped_steps"] = scales, skipped
     other_s = (t_build - t_other) + (time.perf_counter() - t_tail)
@@ -337,9 +319,4 @@ def _peak_memory(jdev) -> dict[str, Any]:
     if stats and "peak_bytes_in_use" in stats:
         return {"value": float(stats["peak_bytes_in_use"]), "unit": "bytes",
                 "method": f"JAX device memory_stats peak_bytes_in_use ({jdev.device_kind})"}
-    import resource
-    import sys
-
-    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"value": float(kib * (1 if sys.platform == "darwin" else 1024)), "unit": "bytes",
-            "method": "peak RSS of the worker process (getrusage ru_maxrss; includes the framework itself)"}
+    return loop.host_peak_memory()

@@ -20,8 +20,6 @@ import hashlib
 import math
 import os
 import random
-import resource
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +29,7 @@ import numpy as np
 import torch
 
 from ampcert import mllog
-from ampcert.backends import distributed
+from ampcert.backends import distributed, loop
 from ampcert.spec import RunSpec
 from ampcert.telemetry import Telemetry, ensure_pci_bus_order, torch_cuda_gpu_ref, torch_cuda_memory
 from ampcert.workloads import registry
@@ -234,15 +232,8 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     budget = spec.train
     limit = budget.step_limit
     eval_key = "eval_accuracy" if workload.metric == "accuracy" else f"eval_{workload.metric}"
-    for key, value in [
-        (mllog.SUBMISSION_BENCHMARK, spec.label), (mllog.SEED, spec.seed),
-        (mllog.GLOBAL_BATCH_SIZE, task.batch_size), (mllog.PRECISION, spec.precision),
-        (mllog.AMP_IMPL, spec.amp), (mllog.AMP_POLICY, amp.policy.get("name")),
-        (mllog.TRAIN_SAMPLES, len(task.train_x)), (mllog.EVAL_SAMPLES, len(task.eval_x)),
-        ("max_steps", limit), ("target", budget.target),
-    ] + ([("world_size", dctx.world)] if dctx is not None else []):
-        log.event(key, value)
-    log.end(mllog.INIT_STOP)
+    loop.log_run_config(log, spec, task.batch_size, len(task.train_x), len(task.eval_x), amp.policy.get("name"),
+                        [("world_size", dctx.world)] if dctx is not None else [])
     out["policy"] = amp.policy
 
     clock = _StepClock(device)
@@ -348,18 +339,12 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         progress({"step": step, "limit": limit, "metric": value,
                   "loss": float(window_losses[finite].mean()) if finite.any() else float("nan")})
 
-        if budget.target is not None and reached_at is None:
-            hit = value >= budget.target if workload.higher_is_better else value <= budget.target
-            if hit:
-                reached_at = {"steps_to_target": step, "samples_to_target": samples,
-                              "time_to_target_s": time.perf_counter() - run_start}
-                break
+        if reached_at is None and loop.target_hit(value, budget.target, workload.higher_is_better):
+            reached_at = {"steps_to_target": step, "samples_to_target": samples,
+                          "time_to_target_s": time.perf_counter() - run_start}
+            break
 
-    out["telemetry"] = tel.stop(train_samples=step * task.batch_size)
-    out["telemetry_series"] = tel
-    energy = out["telemetry"]["energy"]
-    log.event(mllog.ENERGY_J, energy["train_j"], {"phase": "train", "scope": energy["scope"],
-                                                  "method": energy["method"] or energy["reason"]})
+    loop.stop_telemetry(out, tel, log, step * task.batch_size)
     log.end(mllog.RUN_STOP, metadata={"status": "success"})
     t_tail = time.perf_counter()
     all_losses = torch.stack(losses).cpu().tolist()
@@ -381,10 +366,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         peak_memory=_peak_memory(device),
         weights_sha256=weights_digest(model),
     )
-    if spec.peak_flops:
-        out["peak_flops"] = {"value": spec.peak_flops, "unit": "FLOP/s", "method": spec.peak_source}
-        if out["achieved_flops"]:
-            out["mfu"] = out["achieved_flops"] / spec.peak_flops
+    loop.finish(out, spec, reached_at)
     if dctx is not None:
         out["determinism"]["world_size"] = dctx.world
         if device == "cuda" and spec.peak_flops:  # every GPU contributes to the achieved FLOP/s
@@ -392,9 +374,6 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
                                  "method": f"{spec.peak_source} x {dctx.world} GPUs"}
             if out["achieved_flops"]:
                 out["mfu"] = out["achieved_flops"] / out["peak_flops"]["value"]
-    if budget.target is not None:
-        out["target_reached"] = reached_at is not None
-        out.update(reached_at or {})
     if scaler is not None:
         out["loss_scale"], out["skipped_steps"] = loss_scale, skipped
     other_s = (t_build - t_other) + (time.perf_counter() - t_tail)
@@ -413,7 +392,7 @@ def _decision(value: float, target: float | None, higher_is_better: bool, reache
     """Rank 0's verdict after an evaluation, as the other ranks must follow it."""
     if not math.isfinite(value):
         return distributed.FAIL
-    if target is not None and reached_at is None and (value >= target if higher_is_better else value <= target):
+    if reached_at is None and loop.target_hit(value, target, higher_is_better):
         return distributed.STOP
     return distributed.CONTINUE
 
@@ -449,7 +428,4 @@ def _peak_memory(device: str) -> dict[str, Any]:
     if device == "cuda":
         return {"value": float(torch.cuda.max_memory_allocated()), "unit": "bytes",
                 "method": "torch.cuda.max_memory_allocated (tensors only, excludes allocator cache)"}
-    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    scale = 1 if sys.platform == "darwin" else 1024
-    return {"value": float(kib * scale), "unit": "bytes",
-            "method": "peak RSS of the worker process (getrusage ru_maxrss; includes the framework itself)"}
+    return loop.host_peak_memory()
