@@ -91,16 +91,15 @@ class GateConfig(_Model):
 def _read_yaml_mapping(path: Path) -> tuple[dict[str, Any], bytes]:
     import yaml
 
+    from ampcert.spec import load_yaml, yaml_problem
+
     try:
         raw = path.read_bytes()
-        data = yaml.safe_load(raw.decode("utf-8"))
+        data = load_yaml(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: expected a readable UTF-8 gate file, got {type(exc).__name__}") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
-        raise UserError(f"{path}: YAML: expected well-formed YAML, got {problem}{where}") from None
+        raise UserError(f"{path}: YAML: expected well-formed YAML, got {yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping of gate settings at the top level, got {type(data).__name__}")
     return data, raw

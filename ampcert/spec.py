@@ -18,6 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
+from ampcert.amp.yamlio import YAML_MAX_DEPTH, YAML_MAX_VALUES, load_yaml, yaml_size_problem  # noqa: F401
 from ampcert.errors import UserError
 
 Precision = Literal["fp32", "fp16", "bf16"]
@@ -282,52 +283,11 @@ def validation_message(source: str, err: ValidationError, data: Any) -> str:
     return f"{source}: {where}: {msg}{suffix}"
 
 
-# A hand-written suite, policy or rule file is far below these: past them
-# lies a file that would hang (aliases expanding to billions of values) or
-# crash (recursion) the code that reads it.
-YAML_MAX_VALUES = 100_000
-YAML_MAX_DEPTH = 50
-
-
-def load_yaml(text: str) -> Any:
-    """``yaml.safe_load``, and every way it can fail as a ``yaml.YAMLError``
-    with a one-line message: PyYAML lets ValueError (``2024-13-01``, ``!!int
-    x``), KeyError (``!!bool maybe``) and RecursionError (deep nesting)
-    through, and expands aliases lazily, so a few lines can stand for more
-    values than any reader can walk."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise
-    except RecursionError:
-        raise yaml.YAMLError("nested too deeply to parse") from None
-    except (ValueError, KeyError, TypeError, OverflowError) as exc:
-        detail = " ".join(str(exc).split())[:200]
-        raise yaml.YAMLError(f"a value its type or tag cannot hold ({type(exc).__name__}: {detail})") from None
-    problem = yaml_size_problem(data)
-    if problem:
-        raise yaml.YAMLError(problem)
-    return data
-
-
-def yaml_size_problem(data: Any, max_values: int = YAML_MAX_VALUES, max_depth: int = YAML_MAX_DEPTH) -> str | None:
-    """Why ``data`` (parsed YAML, aliases expanded as a reader would see
-    them) is too big or too deep to read, or None. Iterative: it cannot
-    itself recurse too deeply, and it stops at the first limit crossed."""
-    count, stack = 0, [(data, 1)]
-    while stack:
-        node, depth = stack.pop()
-        count += 1
-        if count > max_values:
-            return f"more than {max_values} values once aliases are expanded"
-        if depth > max_depth:
-            return f"nested deeper than {max_depth} levels (or an alias refers to itself)"
-        if isinstance(node, dict):
-            for k, v in node.items():
-                stack += [(k, depth + 1), (v, depth + 1)]
-        elif isinstance(node, (list, tuple, set, frozenset)):
-            stack += [(v, depth + 1) for v in node]
-    return None
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line for a YAML error: the problem and, when known, its line."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}" if mark is not None else ""
+    return " ".join(str(getattr(exc, "problem", None) or exc).split()) + where
 
 
 def read_yaml(path: str | Path, what: str = "file") -> Any:

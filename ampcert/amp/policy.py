@@ -58,6 +58,8 @@ from typing import Any
 
 import yaml
 
+from .yamlio import load_yaml
+
 __all__ = [
     "FAMILIES",
     "OpPolicy",
@@ -280,7 +282,7 @@ def _load_file(path: Path, chain: tuple[Path, ...]) -> OpPolicy:
     except OSError as exc:
         raise PolicyError(f"{where}: file: expected a readable file, got {type(exc).__name__}") from None
     try:
-        doc = _load_yaml(raw_bytes.decode("utf-8"))
+        doc = load_yaml(raw_bytes.decode("utf-8"))
     except UnicodeDecodeError:
         raise PolicyError(f"{where}: file: expected UTF-8 text, got undecodable bytes") from None
     except yaml.YAMLError as exc:
@@ -450,40 +452,6 @@ def _known_ops(framework: str = "torch") -> frozenset[str]:
     from .torch_autocast import known_op_names  # lazy: torch_autocast imports this module
 
     return known_op_names()
-
-
-_YAML_MAX_VALUES, _YAML_MAX_DEPTH = 100_000, 50
-
-
-def _load_yaml(text: str) -> Any:
-    """``yaml.safe_load`` with every failure a ``yaml.YAMLError``: PyYAML lets
-    ValueError/KeyError (``!!int x``, ``2024-13-01``) and RecursionError (deep
-    nesting) through, and an alias bomb (a few lines expanding to billions of
-    values) would hang whatever walks or prints the result. (The same rules
-    as ampcert.spec.load_yaml; repeated here so this module stays standalone.)"""
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise
-    except RecursionError:
-        raise yaml.YAMLError("nested too deeply to parse") from None
-    except (ValueError, KeyError, TypeError, OverflowError) as exc:
-        detail = " ".join(str(exc).split())[:200]
-        raise yaml.YAMLError(f"a value its type or tag cannot hold ({type(exc).__name__}: {detail})") from None
-    count, stack = 0, [(doc, 1)]
-    while stack:
-        node, depth = stack.pop()
-        count += 1
-        if count > _YAML_MAX_VALUES:
-            raise yaml.YAMLError(f"more than {_YAML_MAX_VALUES} values once aliases are expanded")
-        if depth > _YAML_MAX_DEPTH:
-            raise yaml.YAMLError(f"nested deeper than {_YAML_MAX_DEPTH} levels (or an alias refers to itself)")
-        if isinstance(node, dict):
-            for k, v in node.items():
-                stack += [(k, depth + 1), (v, depth + 1)]
-        elif isinstance(node, (list, tuple, set, frozenset)):
-            stack += [(v, depth + 1) for v in node]
-    return doc
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

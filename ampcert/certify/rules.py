@@ -176,7 +176,7 @@ def shipped_rule_names() -> list[str]:
 def load_rules(ref: str | Path | None = None, base_dir: Path | None = None) -> RulePack:
     """A rule pack from a path or a shipped name (``default``, ``procurement``);
     raises UserError with one line on any problem."""
-    from ampcert.spec import load_yaml, validation_message
+    from ampcert.spec import load_yaml, validation_message, yaml_problem
 
     text = str(ref or "default")
     candidates = []
@@ -197,10 +197,7 @@ def load_rules(ref: str | Path | None = None, base_dir: Path | None = None) -> R
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: expected a readable UTF-8 rule file, got {type(exc).__name__}") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
-        raise UserError(f"{path}: YAML: expected well-formed YAML, got {problem}{where}") from None
+        raise UserError(f"{path}: YAML: expected well-formed YAML, got {yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping with name and rules at the top level, got {type(data).__name__}")
     rules = data.get("rules")
