@@ -32,18 +32,10 @@ import time
 import traceback
 from pathlib import Path
 
+from ampcert.runner.procs import alive as _alive
+
 COMPLETED, RANK0_FAILED, ERROR = 0, 3, 1
 FOLLOWER_GRACE_S = 3.0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _watch(channel: Path, orchestrator: int | None, interval_s: float = 0.2) -> None:

@@ -30,6 +30,7 @@ except ImportError:  # pragma: no cover - Windows
 from ampcert import __version__
 from ampcert.errors import UserError
 from ampcert.results import ResultsDir, RunResult, atomic_write_json, atomic_write_text
+from ampcert.runner.procs import alive as _alive
 from ampcert.spec import RunSpec, Suite, apply_capabilities, expand, load_suite
 
 # Imported once in the forkserver, so each worker starts with them loaded.
@@ -209,28 +210,6 @@ def _remove_stale_temp_files(root: Path) -> None:
     for pattern in (".*.tmp", "runs/*/.*.tmp"):
         for p in root.glob(pattern):
             p.unlink(missing_ok=True)
-
-
-def _proc_stat(pid: int) -> tuple[str, str] | None:
-    """(state, start time) of a process from /proc, or None where unavailable."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2:].split()
-    return (fields[0], fields[19]) if len(fields) > 19 else None
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = _proc_stat(pid)
-    return stat is None or stat[0] not in ("Z", "X")
 
 
 def write_plan(out: Path, plan: Plan, shard: dict[str, Any] | None = None) -> None:

@@ -65,7 +65,7 @@ def shard_runs(plan: dict[str, Any]) -> list[RunSpec]:
 
 def _live_lock(root: Path) -> int | None:
     """The pid of a live ampcert writing to ``root``, if any (read-only check)."""
-    from ampcert.runner.orchestrator import _alive
+    from ampcert.runner.procs import alive as _alive
 
     try:
         pid = int((root / ".lock").read_text().strip() or 0)

@@ -35,7 +35,8 @@ def exit_with(pid: int, interval_s: float = 0.2) -> None:
     forever if it hangs, hold its memory and write into a folder that a
     resumed invocation is writing too. The worker's parent is the forkserver,
     not the orchestrator, so the kernel's parent-death signal cannot help."""
-    from ampcert.runner.orchestrator import _alive, _proc_stat
+    from ampcert.runner.procs import alive as _alive
+    from ampcert.runner.procs import proc_stat as _proc_stat
 
     started = _proc_stat(pid)
 

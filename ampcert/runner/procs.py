@@ -1,0 +1,28 @@
+"""Is a process still there? Shared by the orchestrator, its workers and torchrun ranks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def proc_stat(pid: int) -> tuple[str, str] | None:
+    """(state, start time) of a process from /proc, or None where unavailable."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2:].split()
+    return (fields[0], fields[19]) if len(fields) > 19 else None
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = proc_stat(pid)
+    return stat is None or stat[0] not in ("Z", "X")
