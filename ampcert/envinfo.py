@@ -20,6 +20,14 @@ CPU_FLAGS_OF_INTEREST = (
 PACKAGES = ("torch", "numpy", "pandas", "pydantic", "jax", "jaxlib", "optax", "nvidia-ml-py", "scikit-learn")
 
 
+def load_average() -> str:
+    """The 1/5/15-minute load averages, for stating how busy a machine was during a measurement."""
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
 def cpu_info() -> dict[str, Any]:
     model, flags = platform.processor() or platform.machine(), set()
     cpuinfo = Path("/proc/cpuinfo")

@@ -73,6 +73,7 @@ from torch import nn  # noqa: E402
 
 from ampcert.amp import DynamicLossScaler  # noqa: E402
 from ampcert.amp import autocast as amp_autocast  # noqa: E402
+from ampcert.envinfo import cpu_info, load_average  # noqa: E402
 from ampcert.workloads.digits import DigitsCNN, load_digits_tensors  # noqa: E402
 
 AUTOCAST_GOAL = 1.05
@@ -83,21 +84,6 @@ DTYPE = torch.bfloat16
 # ---------------------------------------------------------------------------
 # machine info
 # ---------------------------------------------------------------------------
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def load_avg() -> str:
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "n/a"
 
 
 # ---------------------------------------------------------------------------
@@ -532,10 +518,10 @@ def main(argv: list[str] | None = None) -> int:
         "command": cmd,
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "cpu": cpu_model(),
+        "cpu": cpu_info()["model"],
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
-        "load_avg_start": load_avg(),
+        "load_avg_start": load_average(),
         "quick": quick,
         "rounds": rounds,
         "budget_s": budget,
@@ -622,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
             emit(f"## torch.compile compatibility: section FAILED: {msg}")
     emit()
 
-    meta["load_avg_end"] = load_avg()
+    meta["load_avg_end"] = load_average()
     meta["wall_s"] = round(time.perf_counter() - t_start, 1)
     emit(f"load average at end: {meta['load_avg_end']} | wall time {meta['wall_s']} s")
     if args.json:

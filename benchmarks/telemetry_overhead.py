@@ -56,6 +56,7 @@ if str(_ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from ampcert.envinfo import cpu_info, load_average  # noqa: E402
 from ampcert.telemetry import (  # noqa: E402
     HostSource,
     NvmlSession,
@@ -69,21 +70,6 @@ from ampcert.workloads import registry  # noqa: E402
 GOAL = 1.01
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def load_avg() -> str:
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "n/a"
 
 
 def make_step(device: str) -> Callable[[], None]:
@@ -226,8 +212,8 @@ def main() -> None:
 
     print(f"# telemetry overhead: {command}")
     print(f"# {platform.python_implementation()} {platform.python_version()}, torch {torch.__version__}, "
-          f"{cpu_model()}, {os.cpu_count()} logical CPUs, torch threads {torch.get_num_threads()}, "
-          f"load avg {load_avg()}, device {args.device}"
+          f"{cpu_info()['model']}, {os.cpu_count()} logical CPUs, torch threads {torch.get_num_threads()}, "
+          f"load avg {load_average()}, device {args.device}"
           + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""))
     step = make_step(args.device)
     per = interleaved(step, args.device, args.rate, rounds, steps, warmup=20, budget_s=budget)
