@@ -38,9 +38,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ampcert.certify.checks import Certificate
 from ampcert.errors import UserError
+from ampcert.resources import config_path
 from ampcert.results import ResultsDir, RunResult
 
-GATE_FILE = Path(__file__).resolve().parents[1] / "configs" / "gate.yaml"
+GATE_FILE = config_path("gate.yaml")
 MetricName = Literal["samples_per_s", "time_to_target_s", "final_metric", "peak_memory_bytes",
                      "energy_j_per_sample"]
 RowStatus = Literal["REGRESSION", "INCONCLUSIVE", "IMPROVED", "OK", "N/A"]

@@ -35,9 +35,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ampcert.errors import UserError
+from ampcert.resources import config_path
 from ampcert.results import RunResult
 
-PRICING_FILE = Path(__file__).resolve().parents[1] / "configs" / "pricing.yaml"
+PRICING_FILE = config_path("pricing.yaml")
 J_PER_KWH = 3.6e6
 REFERENCE = "fp32"
 

@@ -52,6 +52,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -73,8 +74,10 @@ __all__ = [
 #: The cast families, in the order they appear in YAML files and reports.
 FAMILIES: tuple[str, ...] = ("lower_precision", "fp32", "fp32_with_dtype", "promote", "banned")
 
-#: Directory holding the shipped policies (``torch-cpu.yaml``, ``torch-cuda.yaml``).
-POLICY_DIR = Path(__file__).resolve().parents[2] / "configs" / "policies"
+#: Directory holding the shipped policies (``torch-cpu.yaml``, ``torch-cuda.yaml``), read as
+#: package data so that an installed wheel finds them wherever it runs. (Only the data of the
+#: top-level package is named here; nothing of the harness is imported.)
+POLICY_DIR = Path(str(files("ampcert").joinpath("configs", "policies")))
 
 _TOP_KEYS = ("name", "framework", "device_type", "description", "extends", "families", "overrides",
              "uncast_if_mixed", "accumulate_fp32")

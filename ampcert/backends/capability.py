@@ -11,8 +11,9 @@ evidence, and the plan is stored so that ``--resume`` never re-decides.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
+
+from ampcert.resources import config_path
 
 SPEEDUP_THRESHOLD = 1.1
 _SIZES = {"cpu": 256, "cuda": 4096}
@@ -101,7 +102,7 @@ def probe(device: str, precisions: list[str], backend: str = "torch") -> dict[st
     return out
 
 
-DEVICES_FILE = Path(__file__).resolve().parents[2] / "configs" / "devices.yaml"
+DEVICES_FILE = config_path("devices.yaml")
 
 
 def datasheet_peaks(device_name: str) -> tuple[dict[str, float], str] | None:

@@ -26,8 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ampcert.errors import UserError
 from ampcert.mllog import PREFIX
+from ampcert.resources import config_path
 
-DEFAULT_RULES = Path(__file__).resolve().parents[2] / "configs" / "rules" / "mllog.yaml"
+DEFAULT_RULES = config_path("rules", "mllog.yaml")
 
 
 class _Strict(BaseModel):

@@ -29,8 +29,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ampcert.errors import UserError
+from ampcert.resources import config_path
 
-RULES_DIR = Path(__file__).resolve().parents[2] / "configs" / "rules"
+RULES_DIR = config_path("rules")
 
 Precision = Literal["fp32", "fp16", "bf16"]
 

@@ -21,11 +21,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from ampcert import __version__
 from ampcert.certify.checks import Certificate
 from ampcert.plan import CapacityPlan, capacity_plan
+from ampcert.resources import schema_path
 from ampcert.results import ResultsDir, ResultSet, RunResult
 
 REPORT_SCHEMA_VERSION = 1
 PLAN_SAMPLES = 1_000_000  # the report's capacity section: per million training samples
-SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schemas" / f"report.v{REPORT_SCHEMA_VERSION}.schema.json"
+SCHEMA_FILE = schema_path(f"report.v{REPORT_SCHEMA_VERSION}.schema.json")
 
 
 class _Model(BaseModel):

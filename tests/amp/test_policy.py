@@ -29,7 +29,8 @@ def write(tmp_path: Path, text: str, name: str = "policy.yaml") -> Path:
 
 
 def test_policy_dir_is_repo_configs():
-    assert POLICY_DIR == REPO / "configs" / "policies"
+    assert POLICY_DIR == REPO / "ampcert" / "configs" / "policies"
+    assert (REPO / "configs" / "policies").resolve() == POLICY_DIR  # the checkout's link
 
 
 def test_shipped_cpu_policy_shape():

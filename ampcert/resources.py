@@ -1,0 +1,74 @@
+"""The data ampcert ships inside its package: policies, rule packs, device peaks,
+pricing, gate defaults and the report schema.
+
+Everything lives under ``ampcert/configs/`` and ``ampcert/schemas/`` in the
+installed package and is found through :mod:`importlib.resources`, never
+through the source checkout's layout, so a wheel installed anywhere finds the
+same bytes as a checkout. (In the checkout, the top-level ``configs/`` and
+``schemas/`` are links to these folders: what users read and copy is what the
+wheel carries.)
+
+    >>> from ampcert import resources
+    >>> resources.shipped_names("policy")
+    ('jax', 'torch-cpu', 'torch-cuda')
+    >>> text = resources.shipped_text("rules", "default")   # copy, edit, pass with --rules
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+from ampcert.errors import UserError
+
+__all__ = ["KINDS", "config_path", "schema_path", "shipped_names", "shipped_path", "shipped_text"]
+
+
+def _package_dir(name: str) -> Path:
+    # ampcert is installed as plain files (wheels unpack; zip imports are not
+    # supported), so the Traversable is a real directory; a Path keeps
+    # globbing, stat-based caching and error messages simple.
+    return Path(str(files("ampcert").joinpath(name)))
+
+
+def config_path(*parts: str) -> Path:
+    """A file under the shipped ``configs/`` folder, e.g. ``config_path("gate.yaml")``."""
+    return _package_dir("configs").joinpath(*parts)
+
+
+def schema_path(name: str) -> Path:
+    """A file under the shipped ``schemas/`` folder."""
+    return _package_dir("schemas").joinpath(name)
+
+
+#: What ``ampcert show KIND NAME`` can print: kind -> (folder under configs/, names left out).
+#: ``mllog`` is a compliance rule file for ``ampcert check``, not a certification rule pack,
+#: but it is shipped data a user copies the same way, so it is listed with the rules.
+KINDS: dict[str, tuple[str, ...]] = {
+    "policy": ("policies",),
+    "rules": ("rules",),
+}
+
+
+def _kind_dir(kind: str) -> Path:
+    if kind not in KINDS:
+        raise UserError(f"show: kind: expected one of {sorted(KINDS)}, got {kind!r}")
+    return config_path(*KINDS[kind])
+
+
+def shipped_names(kind: str) -> tuple[str, ...]:
+    """Names of the shipped files of ``kind`` (``policy`` or ``rules``), sorted."""
+    return tuple(sorted(p.stem for p in _kind_dir(kind).glob("*.yaml")))
+
+
+def shipped_path(kind: str, name: str) -> Path:
+    """The shipped file ``name`` of ``kind``; UserError (one line) naming the choices otherwise."""
+    names = shipped_names(kind)
+    if name not in names:
+        raise UserError(f"show {kind}: name: expected one of {list(names)}, got {name!r}")
+    return _kind_dir(kind) / f"{name}.yaml"
+
+
+def shipped_text(kind: str, name: str) -> str:
+    """The exact text of a shipped file, to copy and edit."""
+    return shipped_path(kind, name).read_text(encoding="utf-8")
