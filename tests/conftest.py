@@ -53,9 +53,12 @@ def chromium() -> str | None:
 def pytest_collection_modifyitems(config, items):
     """`gpu` tests run where CUDA is (nox -s gpu), `browser` tests where Chromium
     is installed (nox -s browser); elsewhere they are skipped, visibly."""
-    import torch
+    try:
+        import torch
+    except ImportError:  # a torch-free JAX environment (nox -s jax_current): no CUDA through torch
+        torch = None
 
-    no_gpu = not torch.cuda.is_available()
+    no_gpu = torch is None or not torch.cuda.is_available()
     no_browser = chromium() is None
     for item in items:
         if "gpu" in item.keywords and no_gpu:

@@ -15,11 +15,39 @@
 - :class:`DynamicLossScaler` is GradScaler's state machine with a floor and a
   ceiling on the scale and no host sync in the step path.
 
-Nothing in this package imports the rest of ampcert.
+Nothing in this package imports the rest of ampcert. The torch exports are
+loaded on first use (PEP 562), so ``import ampcert.amp.jax`` works where
+torch is not installed.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ampcert.amp.policy import OpPolicy, PolicyError, load_policy, shipped_policy
-from ampcert.amp.torch_autocast import autocast
-from ampcert.amp.torch_scaler import DynamicLossScaler
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__
+    from ampcert.amp.torch_autocast import autocast
+    from ampcert.amp.torch_scaler import DynamicLossScaler
 
 __all__ = ["DynamicLossScaler", "OpPolicy", "PolicyError", "autocast", "load_policy", "shipped_policy"]
+
+# name -> the module that defines it; importing either module imports torch.
+_TORCH_EXPORTS = {
+    "autocast": "ampcert.amp.torch_autocast",
+    "DynamicLossScaler": "ampcert.amp.torch_scaler",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _TORCH_EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

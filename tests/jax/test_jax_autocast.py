@@ -1,5 +1,8 @@
 """ampcert.amp.jax.autocast: nested regions rewritten (checked on the jaxpr),
-gradients, caching, composition with jit/grad/vmap, policy handling."""
+gradients, caching, composition with jit/grad/vmap, policy handling.
+
+Runs without torch (nox -s jax_current / jax_oldest); the one test that loads
+a torch policy skips there."""
 
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
-from ampcert.amp.jax import autocast, iter_eqns, jax_policy  # noqa: E402
+from ampcert.amp.jax import autocast, compat, iter_eqns, jax_policy  # noqa: E402
+from ampcert.amp.jax.audit import audit_regions  # noqa: E402
 from ampcert.amp.policy import PolicyError, load_policy  # noqa: E402
 
 BF16 = jnp.dtype(jnp.bfloat16)
@@ -79,6 +83,79 @@ def test_every_nested_region_is_rewritten_on_the_jaxpr(xw):
     assert report["not_rewritten"] == []
     # the untouched program has fp32 matmuls only: the rewrite did this
     assert all(dt == ("float32", "float32") for _, dt in _dots(jax.make_jaxpr(program)(*xw)))
+
+
+def test_audit_finds_every_region_kind_rewritten():
+    rows = audit_regions()
+    assert [r.region for r in rows if not r.rewritten] == []
+    assert {r.matmul_dtypes for r in rows} == {"bf16"}
+
+
+def test_loop_operand_layouts_consts_carries_and_forwarded_outputs(xw):
+    """Scan and while regions with every operand group filled: closed-over
+    consts, two carries (one an int), scanned inputs, a ys output that JAX
+    forwards from xs instead of computing it; the cond of the while loop has a
+    const too. The JAX releases spell these layouts differently (compat.py)."""
+    x, w = xw
+    limit = jnp.asarray(3)
+
+    def scanned(x, w):
+        def step(carry, row):
+            h, i = carry
+            h = jnp.tanh(h @ w + row)
+            return (h, i + 1), (row, jnp.sum(h))   # `row` is forwarded from xs
+
+        (h, n), (rows, sums) = lax.scan(step, (x[:2], 0), x.reshape(4, 2, 16))
+        return jnp.sum(h) + jnp.sum(sums) + jnp.sum(rows) + n
+
+    def f(x, w):
+        g = lax.while_loop(lambda s: s[1] < limit, lambda s: (jnp.tanh(s[0] @ w), s[1] + 1), (x, 0))[0]
+        return scanned(x, w) + jnp.sum(g)
+
+    af = autocast(f)
+    report = af.report(x, w).as_dict()
+    assert report["regions"]["scan"] == 1 and report["regions"]["while"] == 1
+    assert report["not_rewritten"] == []
+    dots = _dots(af.rewritten_jaxpr(x, w))
+    assert {p[0] for p, _ in dots if p} >= {"scan", "while"}
+    assert all(dt == ("bfloat16", "bfloat16") for _, dt in dots)
+    np.testing.assert_allclose(float(af(x, w)), float(f(x, w)), rtol=0.05)
+    # the rewritten scan differentiates (a while loop does not, in any dtype)
+    g16 = jax.grad(autocast(scanned), argnums=1)(x, w)
+    g32 = jax.grad(scanned, argnums=1)(x, w)
+    assert float(jnp.max(jnp.abs(g16 - g32))) < 0.05 * float(jnp.max(jnp.abs(g32)))
+
+
+def test_call_primitive_is_rewritten(xw):
+    """``closed_call`` (JAX 0.10, 0.11.0), ``eval_jaxpr`` from 0.11.1: a jaxpr called
+    as it is, re-traced like a jit region."""
+    from jax.extend.core import primitives as prims
+
+    x, w = xw
+    inner = jax.make_jaxpr(lambda a: jnp.tanh(a @ w))(x)
+
+    def f(x):
+        [out] = prims.closed_call_p.bind(x, **prims.closed_call_p.get_bind_params({"call_jaxpr": inner}))
+        return out
+
+    af = autocast(f)
+    assert af.report(x).as_dict()["regions"] == {"jit": 1}
+    dots = _dots(af.rewritten_jaxpr(x))
+    assert dots and dots[0][0][0] == prims.closed_call_p.name and dots[0][1] == ("bfloat16", "bfloat16")
+    np.testing.assert_allclose(np.asarray(af(x), np.float32), np.asarray(f(x)), atol=0.05)
+
+
+def test_params_unlike_the_table_leave_the_region_untouched(monkeypatch):
+    """A JAX newer than compat.REGIONS: a region whose params are not the ones its
+    row reads runs as traced (reported, with a warning) instead of raising KeyError."""
+    monkeypatch.setattr(compat, "_warned", set())
+    old_scan = {"jaxpr": None, "num_consts": 1, "num_carry": 2, "length": 3, "reverse": False, "unroll": 1}
+    region = compat.region_for("scan", old_scan, version=(0, 10, 2))
+    assert region.kind == "scan" and region.split_operands(old_scan, list("abcdef")) == [["a"], ["b", "c"], ["d", "e", "f"]]
+    with pytest.warns(RuntimeWarning, match="does not know the params of 'scan'.*ft_in"):
+        assert compat.region_for("scan", old_scan, version=(0, 12)) is None
+    assert compat.region_for("scan", old_scan, version=(0, 9)) is None  # older than any row
+    assert compat.region_for("shard_map", {}) is None
 
 
 def test_fp32_family_and_follow_rules(xw):
@@ -157,13 +234,17 @@ def test_fp16_and_static_arguments(xw):
     assert af.traces == 2
 
 
-def test_policy_must_be_a_jax_policy(tmp_path):
-    with pytest.raises(PolicyError, match="framework: expected 'jax'"):
-        jax_policy("torch-cpu")
+def test_policy_names_jax_primitives(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nframework: jax\nfamilies:\n  fp32: [softmax]\n")
     with pytest.raises(PolicyError, match=r"families.fp32\[0\].*'softmax'"):
         load_policy(bad)
+
+
+def test_policy_must_be_a_jax_policy(tmp_path):
+    pytest.importorskip("torch")  # a torch policy's op names are checked against torch
+    with pytest.raises(PolicyError, match="framework: expected 'jax'"):
+        jax_policy("torch-cpu")
     torch_acc = tmp_path / "acc.yaml"
     torch_acc.write_text("name: acc\nextends: torch-cpu\naccumulate_fp32: [linear]\n")
     with pytest.raises(PolicyError, match="accumulate_fp32: expected only in `framework: jax`"):

@@ -38,7 +38,8 @@ Nested programs are rewritten too:
 
 Higher-order primitives it does not know (``shard_map``, ``custom_linear_solve``,
 ...) run untouched in their original dtypes and are listed in the
-:class:`RewriteReport`.
+:class:`RewriteReport`. How each JAX release spells the params of the ones it
+knows (JAX 0.10 to 0.12) is in :mod:`.compat`, and nowhere else.
 
 Usage::
 
@@ -76,6 +77,7 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, jaxpr_as_fun, jaxprs_in
 
 from ..policy import OpPolicy, PolicyError, load_policy, shipped_policy
 from . import primitives as P
+from .compat import Region, region_for
 
 __all__ = ["AutocastFunction", "RewriteReport", "autocast", "iter_eqns", "jax_policy"]
 
@@ -132,8 +134,7 @@ def _aval_spec(aval) -> jax.ShapeDtypeStruct:
 
 
 def _spec_of(x: Any, weak: bool | None = None) -> jax.ShapeDtypeStruct:
-    aval = jax.typeof(x) if hasattr(jax, "typeof") else jax.core.get_aval(x)
-    spec = _aval_spec(aval)
+    spec = _aval_spec(jax.typeof(x))
     if weak is not None and weak != spec.weak_type:
         spec = jax.ShapeDtypeStruct(spec.shape, spec.dtype, weak_type=weak)
     return spec
@@ -211,9 +212,10 @@ class _Rewriter:
         prim = eqn.primitive
         name = prim.name
         weak_in = weak_in if weak_in is not None else [False] * len(invals)
-        handler = self._regions.get(name)
-        if handler is not None:
-            outs = handler(self, eqn, invals, weak_in)
+        region = region_for(name, eqn.params)
+        if region is not None:
+            self.report.regions[region.kind] += 1
+            outs = self._regions[region.kind](self, eqn, region, invals, weak_in)
         elif any(True for _ in jaxprs_in_params(eqn.params)):
             # Unknown higher-order primitive: run it as traced, in its own dtypes.
             self.report.not_rewritten.append(name)
@@ -224,9 +226,6 @@ class _Rewriter:
 
     def _bind(self, eqn, invals, params: dict | None = None):
         bind_params = eqn.primitive.get_bind_params(params if params is not None else eqn.params)
-        if isinstance(bind_params, tuple):  # JAX < 0.7 returned (subfuns, params)
-            subfuns, bind_params = bind_params
-            return eqn.primitive.bind(*subfuns, *invals, **bind_params)
         return eqn.primitive.bind(*invals, **bind_params)
 
     @staticmethod
@@ -282,102 +281,85 @@ class _Rewriter:
         return _accumulating_product(eqn.primitive, params, self.low)(*low_invals)
 
     # -- regions ----------------------------------------------------------------
-    def _jit(self, eqn, invals, weak_in):
-        self.report.regions["jit"] += 1
-        key = "jaxpr" if "jaxpr" in eqn.params else "call_jaxpr"
-        new = self.retrace(eqn.params[key], [_spec_of(x, w) for x, w in zip(invals, weak_in, strict=True)])
-        return self._bind(eqn, invals, {**eqn.params, key: new})
+    # Each handler gets the equation and the compat.Region saying where its
+    # sub-programs and operand groups are; the params it reads itself
+    # (scan's length/reverse/unroll, remat's differentiated/prevent_cse/policy)
+    # have the same names on every JAX release compat.REGIONS covers.
 
-    def _remat(self, eqn, invals, weak_in):
-        self.report.regions["remat"] += 1
+    def _jit(self, eqn, region: Region, invals, weak_in):
+        [body] = region.programs(eqn.params)
+        new = self.retrace(body, [_spec_of(x, w) for x, w in zip(invals, weak_in, strict=True)])
+        return self._bind(eqn, invals, region.with_programs(eqn.params, [new]))
+
+    def _remat(self, eqn, region: Region, invals, weak_in):
         params = eqn.params
-        closed = ClosedJaxpr(params["jaxpr"], ())
-        if params.get("differentiated"):
+        [body] = region.programs(params)
+        if params["differentiated"]:
             # Already split by autodiff: keep its signature and bind it as it was.
-            new = self.retrace(closed)
-            if new.consts:
+            new = self.retrace(body)
+            if new.consts:  # a remat body takes no consts
                 self.report.not_rewritten.append(eqn.primitive.name)
                 return self._bind(eqn, self._original_dtypes(eqn, invals))
-            return self._bind(eqn, self._original_dtypes(eqn, invals), {**params, "jaxpr": new.jaxpr})
-        body = functools.partial(self.eval, params["jaxpr"], ())
-        fn = jax.checkpoint(lambda *a: body(list(a)), prevent_cse=params.get("prevent_cse", True),
-                            policy=params.get("policy"))
+            return self._bind(eqn, self._original_dtypes(eqn, invals), region.with_programs(params, [new]))
+        fn = jax.checkpoint(lambda *a: self.eval(body.jaxpr, body.consts, list(a)),
+                            prevent_cse=params["prevent_cse"], policy=params["policy"])
         return fn(*invals)
 
-    def _scan(self, eqn, invals, weak_in):
-        self.report.regions["scan"] += 1
+    def _scan(self, eqn, region: Region, invals, weak_in):
         p = eqn.params
-        closed, nc, ncarry = p["jaxpr"], p["num_consts"], p["num_carry"]
-        invals = self._original_dtypes(eqn, invals)
-        consts, init, xs = invals[:nc], invals[nc:nc + ncarry], invals[nc + ncarry:]
+        [body_jaxpr] = region.programs(p)
+        consts, init, xs = region.split_operands(p, self._original_dtypes(eqn, invals))
+        ncarry = len(init)
 
         def body(carry, x):
-            outs = self.eval_same_signature(closed, [*consts, *carry, *x])
+            outs = self.eval_same_signature(body_jaxpr, [*consts, *carry, *x])
             return outs[:ncarry], outs[ncarry:]
 
-        extra = {"_split_transpose": p["_split_transpose"]} if "_split_transpose" in p else {}
-        carry, ys = lax.scan(body, init, xs, length=p["length"], reverse=p["reverse"],
-                             unroll=p["unroll"], **extra)
+        carry, ys = lax.scan(body, init, xs, length=p["length"], reverse=p["reverse"], unroll=p["unroll"])
         return [*carry, *ys]
 
-    def _while(self, eqn, invals, weak_in):
-        self.report.regions["while"] += 1
-        p = eqn.params
-        invals = self._original_dtypes(eqn, invals)
-        cn, bn = p["cond_nconsts"], p["body_nconsts"]
-        cconsts, bconsts, init = invals[:cn], invals[cn:cn + bn], invals[cn + bn:]
+    def _while(self, eqn, region: Region, invals, weak_in):
+        cond_jaxpr, body_jaxpr = region.programs(eqn.params)
+        cconsts, bconsts, init = region.split_operands(eqn.params, self._original_dtypes(eqn, invals))
 
         def cond_fun(carry):
-            return self.eval_same_signature(p["cond_jaxpr"], [*cconsts, *carry])[0]
+            return self.eval_same_signature(cond_jaxpr, [*cconsts, *carry])[0]
 
         def body_fun(carry):
-            return self.eval_same_signature(p["body_jaxpr"], [*bconsts, *carry])
+            return self.eval_same_signature(body_jaxpr, [*bconsts, *carry])
 
-        return lax.while_loop(cond_fun, body_fun, list(init))
+        return lax.while_loop(cond_fun, body_fun, init)
 
-    def _cond(self, eqn, invals, weak_in):
-        self.report.regions["cond"] += 1
-        index, *ops = self._original_dtypes(eqn, invals)
-        branches = [functools.partial(self._branch, b) for b in eqn.params["branches"]]
+    def _cond(self, eqn, region: Region, invals, weak_in):
+        [index], ops = region.split_operands(eqn.params, self._original_dtypes(eqn, invals))
+        branches = [functools.partial(self._branch, b) for b in region.programs(eqn.params)]
         return lax.switch(index, branches, *ops)
 
     def _branch(self, closed, *ops):
         return self.eval_same_signature(closed, list(ops))
 
-    def _custom_jvp(self, eqn, invals, weak_in):
-        self.report.regions["custom_jvp"] += 1
+    def _custom(self, eqn, region: Region, invals, weak_in):
+        """custom_jvp and custom_vjp: the primal program and the rule's program
+        (the JVP rule, or the VJP's ``fwd``) rewritten, signatures kept."""
         p = eqn.params
-        jvp_fun = p["jvp_jaxpr_fun"]
+        [primal] = region.programs(p)
+        thunk = p[region.rule_param]
 
         @functools.cache
-        def rewritten_jvp(*zeros):
-            jvp_jaxpr, consts, out_zeros = jvp_fun.call_wrapped(*zeros)
-            new = self.retrace(ClosedJaxpr(jvp_jaxpr, consts))
-            return new.jaxpr, new.consts, out_zeros
+        def rewritten_rule(*zeros):
+            # Both thunks return (jaxpr, consts, ...): the JVP rule adds which outputs are zero.
+            jaxpr, consts, *rest = thunk.call_wrapped(*zeros)
+            new = self.retrace(ClosedJaxpr(jaxpr, consts))
+            return (new.jaxpr, new.consts, *rest)
 
-        new_params = {**p, "call_jaxpr": self.retrace(p["call_jaxpr"]),
-                      "jvp_jaxpr_fun": lu.wrap_init(rewritten_jvp, debug_info=jvp_fun.debug_info)}
+        new_params = {**region.with_programs(p, [self.retrace(primal)]),
+                      region.rule_param: lu.wrap_init(rewritten_rule, debug_info=thunk.debug_info)}
         return self._bind(eqn, self._original_dtypes(eqn, invals), new_params)
 
-    def _custom_vjp(self, eqn, invals, weak_in):
-        self.report.regions["custom_vjp"] += 1
-        p = eqn.params
-        fwd_thunk = p["fwd_jaxpr_thunk"]
-
-        @functools.cache
-        def rewritten_fwd(*zeros):
-            fwd_jaxpr, consts = fwd_thunk.call_wrapped(*zeros)
-            new = self.retrace(ClosedJaxpr(fwd_jaxpr, consts))
-            return new.jaxpr, new.consts
-
-        new_params = {**p, "call_jaxpr": self.retrace(p["call_jaxpr"]),
-                      "fwd_jaxpr_thunk": lu.wrap_init(rewritten_fwd, debug_info=fwd_thunk.debug_info)}
-        return self._bind(eqn, self._original_dtypes(eqn, invals), new_params)
-
+    #: region kind (compat.Region.kind) -> handler
     _regions: dict[str, Callable] = {
-        **dict.fromkeys(P.JIT, _jit), **dict.fromkeys(P.REMAT, _remat),
-        P.SCAN: _scan, P.WHILE: _while, P.COND: _cond,
-        P.CUSTOM_JVP: _custom_jvp, P.CUSTOM_VJP: _custom_vjp,
+        "jit": _jit, "remat": _remat, "scan": _scan, "while": _while, "cond": _cond,
+        "custom_jvp": _custom, "custom_vjp": _custom,
     }
 
 

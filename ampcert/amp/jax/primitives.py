@@ -21,14 +21,8 @@ SAME_DTYPE = frozenset({
     "scatter_min", "scatter-max", "scatter_max", "select_and_scatter_add",
 })
 
-# Higher-order primitives the rewriter recurses into, by the names JAX has
-# used for them (``pjit`` became ``jit``; ``checkpoint`` is ``remat2``).
-JIT = frozenset({"jit", "pjit", "closed_call", "core_call"})
-REMAT = frozenset({"remat2", "checkpoint", "remat"})
-SCAN, WHILE, COND = "scan", "while", "cond"
-CUSTOM_JVP, CUSTOM_VJP = "custom_jvp_call", "custom_vjp_call"
-
-#: Region kinds, as reported by the rewriter and the audit.
+#: Region kinds, as reported by the rewriter and the audit. Which primitive
+#: is which kind on which JAX release is in :data:`.compat.REGIONS`.
 REGION_KINDS = ("jit", "scan", "while", "cond", "custom_jvp", "custom_vjp", "remat")
 
 

@@ -1,0 +1,157 @@
+"""The package as a user gets it: a wheel installed into a fresh venv, run from an empty folder.
+
+An editable install finds ``configs/`` and ``schemas/`` in the checkout whatever
+the wheel carries, so only this test sees a wheel that lost its package data
+(a suite with ``amp: ampcert`` and ``certify: default`` then exits 2 on a
+missing shipped policy or rule pack).
+
+To stay fast, the fresh venv gets ampcert's wheel and nothing else; a ``.pth``
+line lends it this interpreter's site-packages for the dependencies (a plain
+path line: the ``.pth`` files there, among them the editable install's finder,
+are not processed, so ``import ampcert`` can only find the wheel — asserted).
+``pip check`` then holds the wheel's declared requirements against what is
+installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+# What a build reads; the rest of the checkout (venvs, results, caches) stays out of the copy.
+_NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", ".nox", ".nox-scratch", "build", "dist", "*.egg-info",
+                                     "__pycache__", ".pytest_cache", ".ruff_cache", "reports", ".whl", ".gl")
+
+TINY_SUITE = """\
+name: wheel-check
+amp: ampcert              # a shipped policy (package data)
+device: cpu
+precisions: [fp32, bf16]
+seeds: [0, 1, 2]
+unaccelerated: run
+certify: default          # a shipped rule pack (package data)
+train: {steps: 15, eval_every: 15}
+workloads:
+  - workload: digits
+    params: {width: 8}
+"""
+
+
+def build_wheel(source: Path, dest: Path) -> Path:
+    """Build ampcert's wheel from a copy of ``source`` (the build writes into its tree)."""
+    tree = dest / "src"
+    shutil.copytree(source, tree, symlinks=True, ignore=_NOT_SOURCE)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "-q", "-w", str(dest), str(tree)],
+                   check=True, capture_output=True, text=True)
+    (wheel,) = dest.glob("ampcert-*.whl")
+    return wheel
+
+
+def install_into_fresh_venv(wheel: Path, venv: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+                    "--disable-pip-version-check", "-q", str(wheel)], check=True, capture_output=True, text=True)
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (site / "_ampcert_test_deps.pth").write_text("".join(f"{d}\n" for d in sorted(deps)))
+    return venv / "bin"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("wheel")
+    wheel = build_wheel(REPO, root)
+    return install_into_fresh_venv(wheel, root / "venv")
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env["COLUMNS"] = "200"
+    return env
+
+
+def _run(bin_dir: Path, cwd: Path, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(bin_dir / "ampcert"), *args], cwd=cwd, env=_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode in ok, f"ampcert {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr
+    return proc
+
+
+def test_wheel_is_what_runs(installed, tmp_path):
+    probe = subprocess.run([str(installed / "python"), "-c", "import ampcert, ampcert.resources as r; "
+                            "print(ampcert.__file__); print(r.config_path('gate.yaml'))"],
+                           cwd=tmp_path, env=_env(), capture_output=True, text=True, check=True)
+    module_file, gate = probe.stdout.split()
+    assert Path(module_file).is_relative_to(installed.parent), f"imported from {module_file}, not the wheel"
+    assert not Path(gate).is_relative_to(REPO)
+    check = subprocess.run([sys.executable, "-m", "pip", "--python", str(installed / "python"), "check"],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_installed_wheel_from_an_empty_folder(installed, tmp_path):
+    work = tmp_path / "empty"
+    work.mkdir()
+    (work / "tiny.yaml").write_text(TINY_SUITE)
+    # Certification may fail this short budget (seed spread): the verdicts are written either way.
+    _run(installed, work, "run", "tiny.yaml", "--out", "out", ok=(0, 1))
+    out = work / "out"
+    runs = [json.loads(p.read_text()) for p in sorted(out.glob("runs/*/result.json"))]
+    assert len(runs) == 8 and {r["status"] for r in runs} == {"completed"}
+    assert {r["spec"]["amp"] for r in runs} == {"ampcert"} and all(r["amp_policy"] for r in runs)
+    verdicts = json.loads((out / "verdicts.json").read_text())
+    assert verdicts["rules"]["name"] == "default"
+
+    _run(installed, work, "report", "out")
+    _run(installed, work, "keygen", "key")
+    _run(installed, work, "sign", "out", "--key", "key")
+    verified = _run(installed, work, "verify", "out/report.dsse.json", "--pubkey", "key.pub")
+    assert "verified" in verified.stdout.lower()
+    _run(installed, work, "compare", "out", "out")
+    planned = _run(installed, work, "plan", "out/report.json", "--target-samples", "100000")
+    assert "fp32" in planned.stdout
+    _run(installed, work, "audit", "--device", "cpu")
+    logs = [str(p.relative_to(work)) for p in sorted(out.glob("runs/*/run.mllog"))]
+    _run(installed, work, "check", *logs)
+    assert sorted(p.name for p in work.iterdir()) == ["key", "key.pub", "out", "tiny.yaml"]
+
+
+def test_shipped_data_matches_the_checkout(installed, tmp_path):
+    """The wheel carries the same bytes as the checkout's configs/ and schemas/ (one source)."""
+    listing = subprocess.run(
+        [str(installed / "python"), "-c", textwrap.dedent("""\
+            import json
+            from importlib.resources import files
+            root = files("ampcert")
+            out = {}
+            for top in ("configs", "schemas"):
+                stack = [root / top]
+                while stack:
+                    node = stack.pop()
+                    for child in node.iterdir():
+                        if child.is_dir():
+                            stack.append(child)
+                        else:
+                            out[str(child).split("ampcert/", 1)[-1]] = child.read_text()
+            print(json.dumps(out))
+        """)], cwd=tmp_path, env=_env(), capture_output=True, text=True, check=True)
+    shipped = {k: v for k, v in json.loads(listing.stdout).items() if "__pycache__" not in k}
+    expected = {str(p.relative_to(REPO / "ampcert")): p.read_text()
+                for top in ("configs", "schemas") for p in (REPO / "ampcert" / top).rglob("*") if p.is_file()}
+    assert shipped == expected
