@@ -448,12 +448,18 @@ def _check_op(op: Any, where: str, field_name: str, known: frozenset[str]) -> No
 
 
 def _known_ops(framework: str = "torch") -> frozenset[str]:
-    if framework == "jax":
-        from .jax.primitives import known_primitive_names  # lazy: imports jax
+    # Op names are checked against the framework itself, so a policy for a framework that is
+    # not installed cannot be validated: say which one, in the one-line form of every policy error.
+    try:
+        if framework == "jax":
+            from .jax.primitives import known_primitive_names  # lazy: imports jax
 
-        return known_primitive_names()
-    from .torch_autocast import known_op_names  # lazy: torch_autocast imports this module
-
+            return known_primitive_names()
+        from .torch_autocast import known_op_names  # lazy: torch_autocast imports this module and torch
+    except ImportError as exc:
+        missing = "JAX" if framework == "jax" else "PyTorch"
+        raise PolicyError(f"a {framework} policy needs {missing}, which is not installed ({exc}): "
+                          f"pip install 'ampcert[{framework}]'") from None
     return known_op_names()
 
 

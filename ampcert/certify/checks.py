@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert.certify import rules as R
 from ampcert.certify.stats import olympic_mean, paired_tost
-from ampcert.results import RunResult
+from ampcert.results import RunResult, not_comparable
 
 Status = Literal["PASS", "FAIL", "INCONCLUSIVE"]
 _ORDER = {"FAIL": 0, "INCONCLUSIVE": 1, "PASS": 2}
@@ -115,6 +115,13 @@ def _budgets_differ(group: _Group) -> list[str]:
     return [r.run_id for r in group.primary if r.spec.train.model_dump_json() not in ref_budgets]
 
 
+def _capped_summary(group: _Group, capped: list[str], why: str) -> str:
+    """The INCONCLUSIVE text for a group trained on a smaller budget than FP32's, in the
+    words the tables use (ampcert.results.not_comparable)."""
+    cap = max(r.spec.train.step_limit for r in group.primary if r.run_id in capped)
+    return f"{not_comparable(cap)}: training budget differs from FP32's (steps capped on an unaccelerated precision){why}"
+
+
 # --------------------------------------------------------------------------- checks
 
 
@@ -127,8 +134,8 @@ def check_accuracy_parity(rule: R.AccuracyParity, g: _Group) -> Verdict | None:
                         failed_runs=failed, margin=margin)
     capped = _budgets_differ(g)
     if capped:
-        return _verdict(rule, g, "INCONCLUSIVE", "training budget differs from FP32's (steps capped on an "
-                        "unaccelerated precision): final metrics are not comparable", runs=capped)
+        return _verdict(rule, g, "INCONCLUSIVE", _capped_summary(g, capped, ": final metrics are not comparable"),
+                        runs=capped)
     low, ref = g.by_seed(g.completed()), g.by_seed(g.completed(g.ref))
     seeds = sorted(set(low) & set(ref))
     pairs = {s: (low[s].final_metric, ref[s].final_metric) for s in seeds}
@@ -151,8 +158,7 @@ def check_convergence(rule: R.Convergence, g: _Group) -> Verdict | None:
     limit = rule.threshold(g.subject.workload, g.workload)
     capped = _budgets_differ(g)
     if capped:
-        return _verdict(rule, g, "INCONCLUSIVE", "training budget differs from FP32's (steps capped on an "
-                        "unaccelerated precision)", runs=capped)
+        return _verdict(rule, g, "INCONCLUSIVE", _capped_summary(g, capped, ""), runs=capped)
     ref = g.completed(g.ref)
     missed_ref = [r.spec.seed for r in g.ref if not (r.status == "completed" and r.target_reached)]
     if missed_ref or not ref:

@@ -22,7 +22,7 @@ from ampcert import __version__
 from ampcert.certify.checks import Certificate
 from ampcert.plan import CapacityPlan, capacity_plan
 from ampcert.resources import schema_path
-from ampcert.results import ResultsDir, ResultSet, RunResult
+from ampcert.results import ResultsDir, ResultSet, RunResult, capped_groups, not_comparable
 
 REPORT_SCHEMA_VERSION = 1
 PLAN_SAMPLES = 1_000_000  # the report's capacity section: per million training samples
@@ -73,6 +73,9 @@ class PrecisionRow(_Model):
     j_per_sample_mean: float | None = None
     accelerated: bool = True
     capability_note: str = ""
+    comparability: str | None = Field(
+        default=None, description="why this row's metric must not be read against FP32's, e.g. "
+        "'not comparable (capped at 30 steps)': a smaller step budget than FP32's")
     verdict: Literal["PASS", "FAIL", "INCONCLUSIVE"] | None = None
 
 
@@ -116,6 +119,7 @@ def _table(runs: list[RunResult], cert: Certificate | None) -> list[PrecisionRow
             groups.setdefault((r.spec.label, r.spec.backend, r.spec.amp, r.spec.precision), []).append(r)
     verdicts = {(s.subject.workload, s.subject.backend, s.subject.amp, s.subject.precision): s.status
                 for s in (cert.subjects if cert else [])}
+    capped = capped_groups(runs)
     rows: list[PrecisionRow] = []
     for key in sorted(groups, key=lambda k: (k[0], k[1], k[2], ["fp32", "bf16", "fp16"].index(k[3]))):
         g = groups[key]
@@ -139,6 +143,7 @@ def _table(runs: list[RunResult], cert: Certificate | None) -> list[PrecisionRow
                                           if r.peak_memory and r.peak_memory.value is not None]),
             j_per_sample_mean=_mean([e for e in (_energy(r) for r in done) if e is not None]),
             accelerated=all(r.accelerated for r in g), capability_note=first.capability_note,
+            comparability=not_comparable(capped[key]) if key in capped else None,
             verdict=verdicts.get(key),
         ))
     fp32 = {(r.workload, r.backend, r.amp): r.samples_per_s_mean for r in rows if r.precision == "fp32"}

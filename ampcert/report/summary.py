@@ -11,7 +11,14 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from ampcert.results import ResultsDir, ResultSet, atomic_write_json, atomic_write_text
+from ampcert.results import (
+    ResultsDir,
+    ResultSet,
+    atomic_write_json,
+    atomic_write_text,
+    capped_groups,
+    not_comparable,
+)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -25,6 +32,8 @@ def _std(values: list[float]) -> float | None:
 def build(rs: ResultSet) -> dict[str, Any]:
     df = rs.frame()
     groups: list[dict[str, Any]] = []
+    # The summary groups without the backend; a capped group is capped on every backend it ran.
+    capped = {(label, amp, precision): cap for (label, _, amp, precision), cap in capped_groups(rs.runs).items()}
     if len(df):
         fp32_speed: dict[str, float] = {}
         for (label, amp, precision), g in df.groupby(["workload", "amp", "precision"], sort=False):
@@ -48,6 +57,7 @@ def build(rs: ResultSet) -> dict[str, Any]:
                 "data_share_mean": _mean([float(v) for v in done.data_share.dropna()]),
                 "j_per_sample_mean": _mean([float(v) for v in done.j_per_sample.dropna()]),
                 "accelerated": bool(g.accelerated.all()),
+                "note": not_comparable(capped[label, amp, precision]) if (label, amp, precision) in capped else None,
             })
         for row in groups:
             base = fp32_speed.get(row["workload"])
