@@ -455,7 +455,8 @@ def _known_ops(framework: str = "torch") -> frozenset[str]:
             from .jax.primitives import known_primitive_names  # lazy: imports jax
 
             return known_primitive_names()
-        from .torch_autocast import known_op_names  # lazy: torch_autocast imports this module and torch
+        # lazy: torch_autocast imports this module, and torch
+        from .torch_autocast import known_op_names
     except ImportError as exc:
         missing = "JAX" if framework == "jax" else "PyTorch"
         raise PolicyError(f"a {framework} policy needs {missing}, which is not installed ({exc}): "
