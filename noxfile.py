@@ -22,9 +22,55 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def gpu(session: nox.Session) -> None:
-    """On a CUDA machine: the gpu-marked tests (torch as installed there, CUDA build)."""
+    """On a CUDA machine: the gpu-marked tests (torch as installed there, CUDA build).
+
+    The floor of the `torch` extra (2.11) is exercised on the lent GPU machine, whose
+    python3 has torch 2.11: there, run the tests with that interpreter (this session's
+    fresh venv would install the newest torch in range instead). There is no
+    `torch_oldest` session: no torch 2.11 CPU build is on the CPU machines' disk, and
+    PyPI's is a multi-GB CUDA build. The ceiling (2.14.1) is `torch_current`."""
     session.install("-e", ".[dev]")
     session.run("pytest", "-m", "gpu", *session.posargs)
+
+
+# The newest torch that installs here (issue 17). It is a CUDA build (~5.5 GB in the
+# venv, read from the machines' disk, not downloaded) and runs on the CPU here.
+CURRENT_TORCH = "torch==2.14.1"
+TORCH_AMP_TESTS = ("tests/amp", "tests/test_amp_parity.py", "tests/test_amp_harness.py",
+                   "tests/test_flops.py")
+# One tiny suite through `ampcert run`: ampcert's autocast in bf16 and fp16 (the latter
+# with DynamicLossScaler), in real worker processes.
+TINY_AMPCERT_SUITE = """\
+name: torch-current
+amp: ampcert
+precisions: [fp32, bf16, fp16]
+seeds: [0]
+train: {steps: 20, eval_every: 10}
+timeout_s: 300
+workloads:
+  - workload: digits
+"""
+
+
+@nox.session(python="3.11")  # the 2.14.1 wheel on disk is cp311
+def torch_current(session: nox.Session) -> None:
+    """The torch side on torch 2.14.1: the AMP tests, `ampcert audit --device cpu` (the
+    shipped torch-cpu policy against this torch's autocast, op by op; exit 1 on any
+    disagreement) and one tiny suite through `ampcert run`. Not a default session
+    (the venv is ~5.5 GB); `nox -r -s torch_current` reuses it."""
+    import pathlib
+    import shutil
+
+    session.install(CURRENT_TORCH, "-e", ".[dev]")
+    session.run("python", "-c", "import torch, sys; print('torch', torch.__version__); "
+                "sys.exit(not torch.__version__.startswith('2.14.1'))")
+    session.run("pytest", "-q", *TORCH_AMP_TESTS, *session.posargs)
+    session.run("ampcert", "audit", "--device", "cpu")
+    tmp = pathlib.Path(session.create_tmp())
+    suite, out = tmp / "torch-current.yaml", tmp / "torch-current-results"
+    suite.write_text(TINY_AMPCERT_SUITE)
+    shutil.rmtree(out, ignore_errors=True)
+    session.run("ampcert", "run", str(suite), "--out", str(out))
 
 
 @nox.session
@@ -40,3 +86,48 @@ def bench(session: nox.Session) -> None:
     session.install(CPU_TORCH, "-e", ".[dev]")
     for script in sorted(__import__("pathlib").Path("benchmarks").glob("*.py")):
         session.run("python", str(script))
+
+
+# ampcert.amp.jax on its own, on the newest and the oldest JAX it supports, each in a
+# venv without torch: the session checks that torch is absent and that
+# `import ampcert.amp.jax` works there before the tests run.
+JAX_AMP_TESTS = ("tests/jax/test_jax_autocast.py", "tests/jax/test_jax_loss_scale.py")
+# What ampcert.amp.jax imports (jax, numpy, PyYAML) plus the test runner. The project
+# goes in with --no-deps: its own dependencies include torch.
+JAX_AMP_DEPS = ("numpy>=1.24", "pyyaml>=6.0", "pytest>=8", "pytest-timeout>=2.2")
+
+
+def _python(version: str) -> str:
+    """An interpreter for `version` that runs: pyenv's install of it where there is one
+    (pyenv's `pythonX.Y` shim on PATH fails for a version that is not selected), else
+    `version`, for nox to find on PATH."""
+    import os
+    import pathlib
+    import re
+
+    root = pathlib.Path(os.environ.get("PYENV_ROOT", pathlib.Path.home() / ".pyenv"))
+    found = [p for p in root.glob(f"versions/{version}.*/bin/python{version}")
+             if re.fullmatch(rf"{re.escape(version)}\.\d+", p.parents[1].name)]
+    newest = max(found, key=lambda p: int(p.parents[1].name.rsplit(".", 1)[1]), default=None)
+    return str(newest) if newest else version
+
+
+def _jax_amp(session: nox.Session, jax: str) -> None:
+    session.install(jax, *JAX_AMP_DEPS)
+    session.install("--no-deps", "-e", ".")
+    session.run("python", "-c", "import importlib.util, jax; print('jax', jax.__version__); "
+                "assert importlib.util.find_spec('torch') is None, 'torch is installed'")
+    session.run("python", "-c", "import ampcert.amp.jax, sys; assert 'torch' not in sys.modules")
+    session.run("pytest", "-q", *JAX_AMP_TESTS, *session.posargs)
+
+
+@nox.session(python=_python("3.12"))
+def jax_current(session: nox.Session) -> None:
+    """The JAX AMP tests on the newest JAX (0.12) and Python 3.12, without torch."""
+    _jax_amp(session, "jax==0.12.*")
+
+
+@nox.session(python=_python("3.11"))
+def jax_oldest(session: nox.Session) -> None:
+    """The JAX AMP tests on the oldest JAX supported (0.10) and Python 3.11, without torch."""
+    _jax_amp(session, "jax==0.10.*")

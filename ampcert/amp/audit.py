@@ -15,6 +15,13 @@ output dtypes (or both raise the same exception type) *and* the same values,
 bit for bit. Ops without a builder are reported with ``agree=False`` and the
 note ``"no sample inputs"``: they are never dropped.
 
+Torch versions: the shipped policies and :data:`NATIVE_REFERENCE` cover the whole
+supported range (torch 2.11 to 2.14). An op that the installed torch lacks
+(:data:`~ampcert.amp.torch_autocast.OP_TORCH_VERSIONS`: ``cholesky`` and ``qr`` are
+gone in 2.14, ``linalg_matrix_sqrth`` is new there) agrees when neither engine can
+run it (its builder fails, or both raise in every scenario), with a note naming
+the release; one that runs anyway is a disagreement, as the table is then wrong.
+
 :func:`probe_native` is the helper used to derive ``configs/policies/torch-cpu.yaml``:
 it classifies what native autocast does to an op by comparing a native
 autocast run with a run without autocast.
@@ -33,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from .policy import FAMILIES, OpPolicy, load_policy, shipped_policy
-from .torch_autocast import autocast
+from .torch_autocast import OP_TORCH_VERSIONS, autocast, op_in_torch, torch_version
 
 __all__ = [
     "AuditRow",
@@ -244,6 +251,7 @@ SAMPLES: dict[str, tuple[Builder, ...]] = {
     "layer_norm": (lambda t: _c(F.layer_norm, t(2, 4), (4,), t(4), t(4)),
                    lambda t: _c(F.layer_norm, t(2, 4), (4,))),
     "native_layer_norm": (lambda t: _c(torch.native_layer_norm, t(2, 4), [4], t(4), t(4), 1e-5),),
+    "rms_norm": (lambda t: _c(F.rms_norm, t(2, 4), (4,), t(4)),),
     "group_norm": (lambda t: _c(F.group_norm, t(2, 4, 3), 2, t(4), t(4)),),
     "frobenius_norm": (lambda t: _c(torch.frobenius_norm, t(4, 4), [0, 1]),),
     "nuclear_norm": (lambda t: _c(torch.nuclear_norm, t(4, 4)),),
@@ -395,6 +403,9 @@ SAMPLES: dict[str, tuple[Builder, ...]] = {
                                         t(2, 2)),),
     "linalg_qr": (lambda t: _c(torch.linalg.qr, t(4, 3)),),
     "linalg_lstsq": (lambda t: _c(torch.linalg.lstsq, t(4, 3), t(4, 2)),),
+    # torch 2.14 and later (OP_TORCH_VERSIONS): on older torch the builder fails
+    "linalg_matrix_sqrth": (lambda t: _c(torch.linalg.matrix_sqrth, t(4, 4, kind="spd")),),
+    "linalg_polar": (lambda t: _c(torch.linalg.polar, t(4, 4, kind="spd")),),
 }
 
 
@@ -406,6 +417,7 @@ KNOWN_DIVERGENCES: dict[str, dict[str, str]] = {
         "lstm_cell": "native runs the two linears in bf16 and the state update promoted to fp32",
         "gru_cell": "native runs the two linears in bf16 and the state update promoted to fp32",
         "lstm": "native goes through mkldnn_rnn_layer (raises on CPUs without bf16 oneDNN RNN support)",
+        "linalg_polar": "torch >= 2.14: native runs the inner linalg_svd in fp32 and the products in bf16",
     },
     "cuda": {
         "pairwise_distance": "native runs x1 - x2 in fp16 and the norm in fp32",
@@ -415,6 +427,9 @@ KNOWN_DIVERGENCES: dict[str, dict[str, str]] = {
 
 #: The native op lists, transcribed from aten/src/ATen/autocast_mode.{h,cpp} (torch 2.x)
 #: and spelled with the dispatcher's names; what :func:`coverage` measures a policy against.
+#: The union over the supported torch range: ops that only some releases have are in
+#: OP_TORCH_VERSIONS. tests/amp/test_audit.py checks the op sets (not the families)
+#: against the AutocastCPU/AutocastCUDA kernels of the installed torch's dispatcher.
 NATIVE_REFERENCE: dict[str, dict[str, tuple[str, ...]]] = {
     "cpu": {
         "lower_precision": (
@@ -441,7 +456,7 @@ NATIVE_REFERENCE: dict[str, dict[str, tuple[str, ...]]] = {
             "_lu_with_info", "qr", "svd", "triangular_solve", "fractional_max_pool2d",
             "fractional_max_pool3d", "adaptive_max_pool3d", "multilabel_margin_loss_forward",
             "linalg_qr", "linalg_cholesky_ex", "linalg_svd", "linalg_eig", "linalg_eigh",
-            "linalg_lstsq", "linalg_inv_ex"),
+            "linalg_lstsq", "linalg_inv_ex", "linalg_matrix_sqrth"),
         "fp32_with_dtype": (),
         "promote": ("stack", "cat", "index_copy"),
         "banned": (),
@@ -466,7 +481,8 @@ NATIVE_REFERENCE: dict[str, dict[str, tuple[str, ...]]] = {
             "upsample_nearest1d", "_upsample_nearest_exact1d", "upsample_nearest2d",
             "_upsample_nearest_exact2d", "upsample_nearest3d", "_upsample_nearest_exact3d",
             "upsample_linear1d", "upsample_bilinear2d", "_upsample_bilinear2d_aa",
-            "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_bicubic2d_aa"),
+            "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_bicubic2d_aa",
+            "linalg_matrix_sqrth", "rms_norm"),
         "fp32_with_dtype": (
             "prod", "softmax", "log_softmax", "cumprod", "cumsum", "linalg_vector_norm",
             "linalg_matrix_norm", "sum", "norm"),
@@ -573,10 +589,46 @@ def _resolve(device_type: str, policy: OpPolicy | str | None, dtype: torch.dtype
     return policy, dtype
 
 
+def _release(v: tuple[int, int]) -> str:
+    return f"{v[0]}.{v[1]}"
+
+
+def _absent_note(op: str) -> str:
+    first, gone = OP_TORCH_VERSIONS[op]
+    if gone is not None and torch_version() >= gone:
+        when = f"removed in torch {_release(gone)}"
+    else:
+        when = f"added in torch {_release(first)}" if first is not None else "not in this release"
+    return f"not in torch {torch.__version__} ({when}): uncallable natively and under ampcert"
+
+
+def _audit_absent(op: str, family: str, device_type: str, policy: OpPolicy, dtype: torch.dtype) -> AuditRow:
+    """An op the installed torch lacks: agrees when neither engine can run it."""
+    amp_parts: list[str] = []
+    nat_parts: list[str] = []
+    for bi, builder in enumerate(SAMPLES[op]):
+        tag = "" if len(SAMPLES[op]) == 1 else f"{bi}:"
+        try:
+            scenarios = _scenarios_for(builder, dtype, device_type)
+        except Exception as exc:  # noqa: BLE001 - the callable is not there: nothing to run
+            amp_parts.append(f"{tag}build>err({type(exc).__name__})")
+            nat_parts.append(f"{tag}build>err({type(exc).__name__})")
+            continue
+        for sc, thunk in scenarios:
+            amp_parts.append(f"{tag}{sc}>" + _run(thunk, autocast(device_type, dtype=dtype, policy=policy))[0])
+            nat_parts.append(f"{tag}{sc}>" + _run(thunk, _native_ctx(device_type, dtype))[0])
+    ran = [p for p in amp_parts + nat_parts if not p.split(">", 1)[1].startswith("err")]
+    note = _absent_note(op) if not ran else (
+        f"OP_TORCH_VERSIONS says {op} is not in torch {torch.__version__}, but it ran: update the table")
+    return AuditRow(op, family, " ".join(amp_parts), " ".join(nat_parts), not ran, note)
+
+
 def audit_op(op: str, family: str, device_type: str, policy: OpPolicy, dtype: torch.dtype) -> AuditRow:
     builders = SAMPLES.get(op)
     if not builders:
         return AuditRow(op, family, "-", "-", False, "no sample inputs")
+    if not op_in_torch(op):
+        return _audit_absent(op, family, device_type, policy, dtype)
     amp_parts: list[str] = []
     nat_parts: list[str] = []
     problems: list[str] = []
@@ -732,14 +784,20 @@ def probe_native(
     ``lower_precision`` when fp32 inputs come out low precision, ``fp32`` when
     low-precision inputs come out fp32 (``fp32_with_dtype`` and ``fp32`` look the
     same here), ``promote`` when mixed inputs change, ``none`` when autocast
-    changes nothing observable, and ``raises`` when native raises and plain does not.
+    changes nothing observable, ``raises`` when native raises and plain does not, and
+    ``unavailable`` when no builder can run the op even without autocast (its callable
+    is missing or raises on fp32 inputs: an op this torch release lacks).
     """
     dtype = dtype or (torch.bfloat16 if device_type == "cpu" else torch.float16)
     result: dict[str, str] = {}
     for op in (ops if ops is not None else sample_ops()):
         verdict = "none"
+        usable = False
         for builder in SAMPLES.get(op, ()):
-            scen = dict(_scenarios_for(builder, dtype, device_type))
+            try:
+                scen = dict(_scenarios_for(builder, dtype, device_type))
+            except Exception:  # noqa: BLE001 - the callable is not in this torch
+                continue
             sigs = {}
             for sc, thunk in scen.items():
                 nat, _ = _run(thunk, _native_ctx(device_type, dtype))
@@ -748,6 +806,7 @@ def probe_native(
             low = _short(dtype)
             nat_f32, plain_f32 = sigs["f32"]
             nat_low, plain_low = sigs["low"]
+            usable = usable or not plain_f32.startswith("err")
             if nat_f32.startswith("err") and not plain_f32.startswith("err"):
                 verdict = "raises"
             elif nat_f32 != plain_f32 and low in nat_f32.split("/"):
@@ -758,5 +817,5 @@ def probe_native(
                 verdict = "promote"
             if verdict != "none":
                 break
-        result[op] = verdict
+        result[op] = verdict if usable or op not in SAMPLES else "unavailable"
     return result

@@ -58,6 +58,7 @@ from torch.overrides import TorchFunctionMode
 from .policy import OpPolicy, load_policy, shipped_policy
 
 __all__ = [
+    "OP_TORCH_VERSIONS",
     "autocast",
     "cache_stats",
     "canonical_op_name",
@@ -66,6 +67,8 @@ __all__ = [
     "is_autocast_enabled",
     "known_op_names",
     "op_callables",
+    "op_in_torch",
+    "torch_version",
 ]
 
 _DEFAULT_DTYPE = {"cpu": torch.bfloat16, "cuda": torch.float16, "xpu": torch.float16,
@@ -96,6 +99,42 @@ _ALIASES: dict[str, str] = {
     "concat": "cat",
     "concatenate": "cat",
 }
+
+#: Op names (as policies and the audit spell them) that exist in only part of the
+#: supported torch range (the ``torch`` extra: >=2.11,<2.15), as ``(first release that
+#: has it, first release that lacks it)``, ``None`` for an open end. This is the one
+#: place that knows torch versions: the policies name every op of the range; an op the
+#: installed torch lacks is still a known name (a policy naming it loads everywhere),
+#: its entry never fires, and the audit expects it to be uncallable rather than cast.
+#: Read from each release (its dispatcher's ops and AutocastCPU/AutocastCUDA kernels,
+#: ``torch._C._dispatch_dump``) and checked on the installed torch by
+#: tests/amp/test_audit.py.
+OP_TORCH_VERSIONS: dict[str, tuple[tuple[int, int] | None, tuple[int, int] | None]] = {
+    # aten::cholesky / aten::qr are gone in 2.14 (deprecated since 1.9): torch.cholesky,
+    # torch.qr and the Tensor methods are Python stubs that raise RuntimeError.
+    "cholesky": (None, (2, 14)),
+    "qr": (None, (2, 14)),
+    # New in 2.14: torch.linalg.matrix_sqrth, fp32 under CPU and CUDA autocast.
+    "linalg_matrix_sqrth": ((2, 14), None),
+    # New in 2.14: torch.linalg.polar, in no autocast list (torch.polar is fp32 on CPU).
+    "linalg_polar": ((2, 14), None),
+}
+
+
+def torch_version(version: str | None = None) -> tuple[int, int]:
+    """(major, minor) of ``version`` (default: the installed torch's ``__version__``)."""
+    text = torch.__version__ if version is None else version
+    major, minor = str(text).split("+", 1)[0].split(".")[:2]
+    return int(major), int("".join(itertools.takewhile(str.isdigit, minor)) or 0)
+
+
+def op_in_torch(op: str, version: tuple[int, int] | None = None) -> bool:
+    """Whether ``op`` exists in torch ``version`` (default: the installed one), per
+    :data:`OP_TORCH_VERSIONS`; ops not listed there exist across the supported range."""
+    first, gone = OP_TORCH_VERSIONS.get(op, (None, None))
+    v = torch_version() if version is None else version
+    return (first is None or v >= first) and (gone is None or v < gone)
+
 
 #: Namespaces scanned to build the registry of mappable op names.
 def _namespaces() -> list[tuple[str, Any]]:
@@ -164,9 +203,10 @@ def _registry() -> dict[str, tuple[str, ...]]:
 
 @functools.lru_cache(maxsize=1)
 def known_op_names() -> frozenset[str]:
-    """Every op name a policy may use: names the dispatcher maps torch callables to."""
+    """Every op name a policy may use: names the dispatcher maps torch callables to,
+    plus the ops of :data:`OP_TORCH_VERSIONS` (those of other torch releases in range)."""
     names = {n for n in _registry() if not (n.endswith("_") and not n.startswith("__"))}
-    return frozenset(names)
+    return frozenset(names | set(OP_TORCH_VERSIONS))
 
 
 def op_callables(op: str) -> tuple[str, ...]:

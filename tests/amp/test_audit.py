@@ -19,6 +19,7 @@ from ampcert.amp.audit import (
     probe_native,
 )
 from ampcert.amp.policy import FAMILIES, load_policy, shipped_policy
+from ampcert.amp.torch_autocast import OP_TORCH_VERSIONS, op_in_torch, torch_version
 
 
 @pytest.fixture(scope="module")
@@ -115,10 +116,81 @@ def test_probe_agrees_with_the_shipped_cpu_policy():
     policy = shipped_policy("cpu")
     probed = probe_native(sorted(policy.ops))
     for op, fam in policy.ops.items():
-        if op in ("cat", "stack"):  # cat's own type promotion hides autocast's promote
+        if not op_in_torch(op):  # e.g. cholesky on torch 2.14, linalg_matrix_sqrth on 2.13
+            assert probed[op] == "unavailable", op
+        elif op in ("cat", "stack"):  # cat's own type promotion hides autocast's promote
             assert probed[op] == "none"
         else:
             assert probed[op] == fam, op
+
+
+# ---- torch versions ----------------------------------------------------------------
+def test_torch_version_parses_release_local_and_dev_versions():
+    assert torch_version("2.14.1+cu130") == (2, 14)
+    assert torch_version("2.13.0+cpu") == (2, 13)
+    assert torch_version("2.15.0a0+git1234abc") == (2, 15)
+    assert torch_version("2.14.0rc1") == (2, 14)
+    assert torch_version() == torch_version(torch.__version__)
+
+
+def test_op_lifetimes_across_the_supported_range():
+    for v in ((2, 11), (2, 12), (2, 13)):
+        assert op_in_torch("cholesky", v) and op_in_torch("qr", v)
+        assert not op_in_torch("linalg_matrix_sqrth", v)
+    assert not op_in_torch("cholesky", (2, 14)) and not op_in_torch("qr", (2, 14))
+    assert op_in_torch("linalg_matrix_sqrth", (2, 14))
+    assert op_in_torch("linear", (2, 11)) and op_in_torch("linear", (2, 14))
+
+
+def test_op_version_table_matches_the_installed_torch():
+    """What the table says the installed torch lacks is uncallable, and the rest runs."""
+    probed = probe_native(sorted(OP_TORCH_VERSIONS))
+    for op in OP_TORCH_VERSIONS:
+        assert op in SAMPLES, op
+        assert (probed[op] == "unavailable") == (not op_in_torch(op)), (op, probed[op], torch.__version__)
+
+
+def test_ops_this_torch_lacks_agree_with_a_note_naming_the_release(cpu_rows):
+    absent = [r for r in cpu_rows if not op_in_torch(r.op)]
+    # each release in range lacks one: linalg_matrix_sqrth before 2.14, cholesky/qr from 2.14 on
+    assert absent or not (2, 11) <= torch_version() < (2, 15)
+    for r in absent:
+        assert r.agree and r.note.startswith(f"not in torch {torch.__version__} ("), r
+        assert "removed in torch" in r.note or "added in torch" in r.note
+
+
+def test_a_wrong_version_table_is_a_disagreement(monkeypatch):
+    monkeypatch.setitem(OP_TORCH_VERSIONS, "mm", (None, torch_version()))  # "gone": but it runs
+    (row,) = audit_torch("cpu", ops=["mm"])
+    assert not row.agree and "update the table" in row.note
+
+
+def _autocast_kernels(dispatch_key: str) -> set[str]:
+    """aten ops with a kernel on ``dispatch_key`` in the installed torch (overloads folded)."""
+    ops = set()
+    for name in torch._C._dispatch_get_all_op_names():
+        if name.startswith("aten::") and any(
+            line.startswith(dispatch_key + ":") for line in torch._C._dispatch_dump(name).splitlines()
+        ):
+            ops.add(name.removeprefix("aten::").split(".", 1)[0])
+    return ops
+
+
+#: AutocastCUDA kernels outside autocast_mode.cpp's lists: cuDNN's RNN wrapper (CUDA
+#: builds only; KNOWN_DIVERGENCES["cuda"]["lstm"]).
+_SPECIAL_KERNELS = {"cpu": set(), "cuda": {"_cudnn_rnn"}}
+
+
+@pytest.mark.skipif(not hasattr(torch._C, "_dispatch_dump"), reason="torch has no dispatcher dump")
+@pytest.mark.parametrize("device, key", [("cpu", "AutocastCPU"), ("cuda", "AutocastCUDA")])
+def test_native_reference_lists_the_installed_torchs_autocast_kernels(device, key):
+    """A torch upgrade that adds or drops an autocast op fails here, op sample or not.
+    (The CUDA kernels are compiled into CPU builds too.)"""
+    ref = {op for ops in NATIVE_REFERENCE[device].values() for op in ops}
+    registered = _autocast_kernels(key) - _SPECIAL_KERNELS[device]
+    assert sorted(registered - ref) == [], f"new in torch {torch.__version__}: add to NATIVE_REFERENCE"
+    present = {op for op in ref if op_in_torch(op)}
+    assert sorted(present - registered) == [], f"gone in torch {torch.__version__}: OP_TORCH_VERSIONS"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
