@@ -1,4 +1,12 @@
-"""Developer sessions: `nox -s tests`, `nox -s lint`, `nox -s gpu`, `nox -s browser`, `nox -s bench`."""
+"""Developer sessions.
+
+- `tests`, `lint` (the defaults): the CPU test suite on torch 2.13 and ruff.
+- `jax_current`, `jax_oldest`: ampcert.amp.jax on JAX 0.12 (Python 3.12) and 0.10 (Python 3.11),
+  each in a venv without torch (`.ci/run` runs both).
+- `torch_current`: the torch AMP tests, the audit and a tiny suite on torch 2.14.1 (~5.5 GB venv).
+- `gpu`: the gpu-marked tests on a CUDA machine; `browser`: report.html in headless Chromium;
+  `bench`: every script in benchmarks/.
+"""
 
 import nox
 
