@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ampcert.errors import UserError
 
-__all__ = ["KINDS", "config_path", "schema_path", "shipped_names", "shipped_path", "shipped_text"]
+__all__ = ["KINDS", "config_path", "require_shipped", "schema_path", "shipped_names", "shipped_path", "shipped_text"]
 
 
 def _package_dir(name: str) -> Path:
@@ -29,6 +29,15 @@ def _package_dir(name: str) -> Path:
     # supported), so the Traversable is a real directory; a Path keeps
     # globbing, stat-based caching and error messages simple.
     return Path(str(files("ampcert").joinpath(name)))
+
+
+def require_shipped(folder: Path) -> Path:
+    """``folder`` if it exists; else the one-line error of a broken installation (rather
+    than a later "expected one of []")."""
+    if not folder.is_dir():
+        raise UserError(f"{folder}: ampcert's shipped data is missing from this installation "
+                        "(a wheel built without its package data?): reinstall ampcert")
+    return folder
 
 
 def config_path(*parts: str) -> Path:
@@ -53,7 +62,7 @@ KINDS: dict[str, tuple[str, ...]] = {
 def _kind_dir(kind: str) -> Path:
     if kind not in KINDS:
         raise UserError(f"show: kind: expected one of {sorted(KINDS)}, got {kind!r}")
-    return config_path(*KINDS[kind])
+    return require_shipped(config_path(*KINDS[kind]))
 
 
 def shipped_names(kind: str) -> tuple[str, ...]:

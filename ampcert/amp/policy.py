@@ -206,6 +206,9 @@ class OpPolicy:
 # ---------------------------------------------------------------------------
 def shipped_policy_names() -> tuple[str, ...]:
     """Names of the policies shipped in ``configs/policies`` (top level only)."""
+    if not POLICY_DIR.is_dir():  # say so, rather than "expected one of []"
+        raise PolicyError(f"{POLICY_DIR}: the shipped policies are missing from this installation of "
+                          "ampcert (a wheel built without its package data?): reinstall ampcert")
     return tuple(sorted(p.stem for p in POLICY_DIR.glob("*.yaml")))
 
 

@@ -29,7 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ampcert.errors import UserError
-from ampcert.resources import config_path
+from ampcert.resources import config_path, require_shipped
 
 RULES_DIR = config_path("rules")
 
@@ -171,7 +171,7 @@ class RulePack(_Strict):
 
 
 def shipped_rule_names() -> list[str]:
-    return sorted(p.stem for p in RULES_DIR.glob("*.yaml") if p.stem != "mllog")
+    return sorted(p.stem for p in require_shipped(RULES_DIR).glob("*.yaml") if p.stem != "mllog")
 
 
 def load_rules(ref: str | Path | None = None, base_dir: Path | None = None) -> RulePack:
