@@ -5,22 +5,48 @@ Bad input anywhere becomes ``ampcert: error: <one line>`` and exit code 2.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from ampcert.console import Col, make_console, print_json, print_table
 from ampcert.errors import UserError
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
     help="Benchmark and certify automatic mixed precision training.",
 )
-console = Console()
-err_console = Console(stderr=True)
+# Messages and tables go to `console` (stdout), or to stderr when a command
+# prints JSON on stdout (--json); both are made again for each invocation,
+# for the streams and environment (NO_COLOR, COLUMNS) of that invocation.
+console = make_console()
+err_console = make_console(stderr=True)
+
+JSON_HELP = "print the data as JSON on stdout instead of the table (messages go to stderr)"
+
+
+def _setup_output(as_json: bool = False) -> None:
+    """Fresh consoles for this invocation; with --json, messages go to stderr."""
+    global console, err_console
+    err_console = make_console(stderr=True)
+    console = err_console if as_json else make_console()
+
+
+def _version(value: bool) -> None:
+    if value:
+        from ampcert import __version__
+
+        sys.stdout.write(f"ampcert {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="print the version and exit"),
+) -> None:
+    _setup_output()
 
 
 def _fail(message: str) -> None:
@@ -38,8 +64,11 @@ def run(
     sign_key: Path | None = typer.Option(None, "--sign-key", help="sign the report with this Ed25519 key"),
     shard: str | None = typer.Option(None, "--shard", help="i/n: run only shard i of n (counted from 1: the runs "
                                      "at plan positions i-1, i-1+n, ...); join the folders with `ampcert merge`"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary and certificate (with --dry-run: the "
+                                 "run matrix) as JSON on stdout; progress and messages go to stderr"),
 ) -> None:
     """Run a suite: every workload x precision x seed, each in its own process."""
+    _setup_output(as_json)
     from ampcert.results import ResultsDir, load
     from ampcert.runner import orchestrator as orch
     from ampcert.runner import shard as sharding
@@ -62,7 +91,7 @@ def run(
         runs, certify_rules = sharding.shard_runs(stored), stored.get("certify")
         planned = len(stored["runs"])
         if dry_run:
-            _print_plan(orch.dump_plan_table(runs))
+            _print_plan(orch.dump_plan_table(runs), as_json=as_json)
             return
     else:
         if suite is None:
@@ -76,7 +105,7 @@ def run(
         planned = len(plan.runs)
         table = orch.dump_plan_table(runs)
         if dry_run:
-            _print_plan(table, plan)
+            _print_plan(table, plan, as_json=as_json, shard=shard_info)
             if where:
                 console.print(f"shard {where[0]}/{where[1]}: {len(runs)} of {len(plan.runs)} runs", markup=False)
             return
@@ -100,11 +129,15 @@ def run(
         report_paths = _write_report(result_set)
         if sign_key is not None:
             _sign(root, sign_key)
-    _print_summary(result_set, written)
+    if as_json:
+        print_json({"results": str(root), "summary": written,
+                    "certificate": cert.model_dump(mode="json") if cert is not None else None})
+    else:
+        _print_summary(result_set, written)
     console.print(f"report: {report_paths[1]}", markup=False)
-    if cert is not None:
+    if cert is not None and not as_json:
         _print_certificate(cert, root)
-    console.print(f"results: {root}  (summary: {ResultsDir(root).summary_html})")
+    console.print(f"results: {root}  (summary: {ResultsDir(root).summary_html})", markup=False)
     if shard_info:
         console.print(f"shard {shard_info['index']}/{shard_info['count']}: {len(runs)} of {planned} runs; "
                       "join the shards' folders with `ampcert merge OUT DIR...`"
@@ -121,11 +154,14 @@ def merge(
     out: Path = typer.Argument(..., help="the merged results folder to write (new or empty)"),
     dirs: list[Path] = typer.Argument(..., help="results folders of the shards (`ampcert run --shard i/n`)"),
     partial: bool = typer.Option(False, "--partial", help="merge even if some planned runs have no result"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary and certificate as JSON on stdout "
+                                 "instead of the table (messages go to stderr)"),
 ) -> None:
     """Join shard folders of one suite into one results folder (certified, if the suite says so).
 
     Refuses folders of different suites (suite_sha256) or run matrices, and a run
     with results in two folders. `ampcert certify`, `report` and `sign` then work on OUT."""
+    _setup_output(as_json)
     from ampcert.report import summary
     from ampcert.results import ResultsDir, load
     from ampcert.runner import shard as sharding
@@ -136,11 +172,16 @@ def merge(
         cert = _certify(out, result_set, info["certify"]) if info["certify"] else None
         written = summary.write(result_set)
         report_paths = _write_report(result_set)
-    _print_summary(result_set, written)
+    if as_json:
+        print_json({"results": str(out), "summary": written,
+                    "certificate": cert.model_dump(mode="json") if cert is not None else None,
+                    "merged": {k: info[k] for k in ("merged", "runs", "missing")}})
+    else:
+        _print_summary(result_set, written)
     console.print(f"merged {info['merged']} of {info['runs']} runs from {len(dirs)} folders into {out}"
                   + (f"; {len(info['missing'])} without a result" if info["missing"] else ""), markup=False)
     console.print(f"report: {report_paths[1]}", markup=False)
-    if cert is not None:
+    if cert is not None and not as_json:
         _print_certificate(cert, out)
     console.print(f"results: {out}  (summary: {ResultsDir(out).summary_html})", markup=False)
 
@@ -155,12 +196,31 @@ def _certify(root: Path, result_set, rules_ref: str | None):
     return cert
 
 
+STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow", "REGRESSION": "bold red",
+                "IMPROVED": "green"}
+
+
+def _status(status: str, bold: bool = False) -> tuple[str, str]:
+    style = STATUS_STYLE.get(status, "")
+    return status, (f"bold {style}" if bold and "bold" not in style else style).strip()
+
+
 def _print_certificate(cert, root: Path) -> None:
     from ampcert.certify import format_certificate
     from ampcert.results import ResultsDir
 
-    console.print(format_certificate(cert), markup=False, highlight=False, soft_wrap=True)
-    console.print(f"verdicts: {ResultsDir(root).verdicts_file}", markup=False)
+    console.print(f"certificate: {cert.status}  (rules {cert.rules['name']}, sha256 {cert.rules['sha256'][:12]})",
+                  markup=False, highlight=False, soft_wrap=True)
+    rows = []
+    for s in cert.subjects:
+        rows.append([_status(s.status, bold=True), str(s.subject), ""])
+        for v in cert.verdicts:
+            if v.subject.key() == s.subject.key():
+                rows.append([_status(v.status), f"  {v.rule}" + ("" if v.required else " (advisory)"), v.summary])
+    # Where the table does not fit: the certificate's own indented text, whole lines.
+    print_table(console, [Col("status"), Col("subject / rule"), Col("finding")], rows,
+                fallback=format_certificate(cert).splitlines()[1:])
+    console.print(f"verdicts: {ResultsDir(root).verdicts_file}", markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -168,11 +228,14 @@ def certify(
     results_dir: Path = typer.Argument(..., help="a results folder written by `ampcert run`"),
     rules: str | None = typer.Option(None, "--rules", help="rule pack: shipped name (default, procurement) or file"),
     strict: bool = typer.Option(False, "--strict", help="exit 1 on INCONCLUSIVE too"),
+    as_json: bool = typer.Option(False, "--json", help="print the certificate (as in verdicts.json) on stdout "
+                                 "instead of the table (messages go to stderr)"),
 ) -> None:
     """Re-evaluate stored results against a rule pack, without re-running anything.
 
     Writes DIR/verdicts.json. Exit 0 when no required rule FAILs (and, with
     --strict, none is INCONCLUSIVE), 1 otherwise, 2 on bad input."""
+    _setup_output(as_json)
     from ampcert.results import ResultsDir, load
 
     if not results_dir.is_dir():
@@ -186,7 +249,13 @@ def certify(
         # The report shows the verdicts, so it is re-rendered with the new ones
         # (a signature over the old report no longer covers it, as it should not).
         _write_report(result_set)
-    _print_certificate(cert, results_dir)
+    if as_json:
+        print_json(cert)
+        from ampcert.results import ResultsDir
+
+        console.print(f"verdicts: {ResultsDir(results_dir).verdicts_file}", markup=False, soft_wrap=True)
+    else:
+        _print_certificate(cert, results_dir)
     if (results_dir / "report.dsse.json").exists():
         console.print("note: report.json/report.html were re-rendered; sign them again "
                       f"(ampcert sign {results_dir} --key KEY)", markup=False, soft_wrap=True)
@@ -204,10 +273,13 @@ def _folder_lock(root: Path):
 def check(
     logs: list[Path] = typer.Argument(..., help="MLLOG files (run.mllog), or results folders"),
     rules: Path | None = typer.Option(None, "--rules", help="compliance rule file (default configs/rules/mllog.yaml)"),
+    as_json: bool = typer.Option(False, "--json", help="print the logs and their violations as JSON on stdout "
+                                 "(messages go to stderr)"),
 ) -> None:
     """Check MLLOG logs against declarative compliance rules; print every violation as file:line.
 
     Exit 0 when every log complies, 1 when any violation is found, 2 on bad input."""
+    _setup_output(as_json)
     from ampcert.certify.compliance import check_log, load_compliance_rules
 
     compliance = load_compliance_rules(rules)
@@ -222,98 +294,171 @@ def check(
             files.append(item)
         else:
             raise UserError(f"{item}: no such log file or folder")
-    total = 0
+    total, checked = 0, []
     for f in files:
         violations = check_log(f, compliance)
         total += len(violations)
-        for v in violations:
-            console.print(str(v), markup=False, highlight=False, soft_wrap=True)
+        checked.append({"log": str(f), "violations": [
+            {"path": v.path, "line": v.line, "rule": v.rule, "message": v.message} for v in violations]})
+        if not as_json:  # one line per violation, as compilers print them: editors and grep read these
+            for v in violations:
+                console.print(str(v), markup=False, highlight=False, soft_wrap=True)
+    if as_json:
+        print_json({"rules": compliance.name, "logs": checked, "violations": total})
     console.print(f"{len(files)} log(s) checked against {compliance.name}: "
                   f"{total} violation(s)", markup=False)
     if total:
         raise typer.Exit(1)
 
 
-def _print_plan(rows: list[dict], plan=None) -> None:
+def _print_plan(rows: list[dict], plan=None, *, as_json: bool = False, shard: dict | None = None) -> None:
+    if as_json:
+        data: dict = {"runs": rows}
+        if plan is not None:
+            data = {"suite": plan.suite.name, "device": plan.device, "capabilities": plan.capabilities,
+                    "shard": shard, **data}
+        print_json(data)
+        return
     if plan is not None:
-        console.print(f"suite {plan.suite.name}: {len(rows)} runs on {plan.device}")
+        console.print(f"suite {plan.suite.name}: {len(rows)} runs on {plan.device}", markup=False)
         for precision, cap in plan.capabilities.items():
-            console.print(f"  {precision}: {cap['note']}", markup=False)
-    table = Table("run_id", "workload", "precision", "amp", "seed", "steps", "target", "note")
-    table.columns[0].no_wrap = True
-    for r in rows:
-        table.add_row(r["run_id"], r["workload"], r["precision"], r["amp"], str(r["seed"]),
-                      str(r["steps"]), "" if r["target"] is None else str(r["target"]), r["note"])
-    console.print(table)
+            console.print(f"  {precision}: {cap['note']}", markup=False, soft_wrap=True)
+    # The run id names workload, precision, amp and seed: those columns go first when space is short.
+    cols = [Col("run_id"), Col("workload", spare=True), Col("prec", spare=True), Col("amp", spare=True),
+            Col("seed", "right", spare=True), Col("steps", "right"), Col("target", "right"), Col("note")]
+    table = [[r["run_id"], r["workload"], r["precision"], r["amp"], str(r["seed"]), str(r["steps"]),
+              "" if r["target"] is None else str(r["target"]), r["note"]] for r in rows]
+    print_table(console, cols, table, hide_blank=True)
+
+
+def _samples_per_s(v) -> str:
+    from ampcert.report.summary import fmt
+
+    return f"{v:,.0f}" if isinstance(v, float) and v >= 100 else fmt(v)
 
 
 def _print_summary(rs, s: dict) -> None:
-    from ampcert.report import summary
+    from ampcert.report.summary import fmt
 
-    table = Table("workload", "amp", "precision", "runs", "metric", "target", "samples/s",
-                  "speedup", "MFU", "accelerated", title=f"suite {s['suite']}")
-    fmt = summary.fmt
-    for g in s["groups"]:
-        table.add_row(g["workload"], g["amp"], g["precision"], f"{g['completed']}/{g['runs']}",
-                      fmt(g["final_metric_mean"]), fmt(g["target_reached"]), fmt(g["samples_per_s_mean"]),
-                      fmt(g["speedup_vs_fp32"], 3), fmt(g["mfu_mean"], 3),
-                      "yes" if g["accelerated"] else "NO")
-    console.print(table)
+    groups = s["groups"]
+    amps = {g["amp"] for g in groups}
+    one_amp = len(amps) == 1
+    # A note (e.g. "not comparable (capped at 30 steps)") is a marker in the row, its text below the table.
+    notes: dict[str, str] = {}
+    for g in groups:
+        if g.get("note"):
+            notes.setdefault(g["note"], f"[{len(notes) + 1}]")
+    cols = [Col("workload")] + ([] if one_amp else [Col("amp")]) + [
+        Col("prec"), Col("runs", "right"), Col("metric", "right"), Col("target", "right"),
+        Col("samples/s", "right"), Col("speedup", "right"), Col("MFU", "right"), Col("accel")] + (
+        [Col("note")] if notes else [])
+    rows = []
+    for g in groups:
+        rows.append([g["workload"]] + ([] if one_amp else [g["amp"]]) + [
+            g["precision"], f"{g['completed']}/{g['runs']}", fmt(g["final_metric_mean"]), fmt(g["target_reached"]),
+            _samples_per_s(g["samples_per_s_mean"]), fmt(g["speedup_vs_fp32"], 3), fmt(g["mfu_mean"], 3),
+            "yes" if g["accelerated"] else ("NO", "bold red")] + ([notes.get(g.get("note") or "", "")] if notes else []))
+    title = f"suite {s['suite']}" + (f", amp {next(iter(amps))}" if one_amp else "")
+    print_table(console, cols, rows, title=title, footnotes=[f"{m} {text}" for text, m in notes.items()])
     for r in rs.runs:
         if r.status != "completed":
-            console.print(f"  {r.run_id}: {r.status}: {r.reason}", markup=False)
+            console.print(f"  {r.run_id}: {r.status}: {r.reason}", markup=False, soft_wrap=True)
+
+
+def _heading(text: str) -> None:
+    from rich.text import Text
+
+    console.print(Text(text, style="bold"), soft_wrap=True)
 
 
 @app.command("list")
-def list_cmd() -> None:
-    """Workloads, suites and precisions that ampcert knows."""
+def list_cmd(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Workloads, suites, precisions, and the shipped policies and rule packs (`ampcert show KIND NAME`)."""
+    _setup_output(as_json)
+    from ampcert.resources import shipped_names
     from ampcert.spec import PRECISIONS
     from ampcert.workloads import registry
 
-    console.print("[bold]workloads[/bold]")
+    workloads = []
     for name in registry.names():
         w = registry.get(name)
-        console.print(f"  {name:12} {w.summary} (metric: {w.metric})", markup=False)
-    console.print("[bold]suites[/bold]")
-    for path in sorted(Path("suites").glob("*.yaml")):
-        console.print(f"  {path}")
-    console.print("[bold]precisions[/bold]")
-    console.print("  " + ", ".join(PRECISIONS))
+        workloads.append({"name": name, "metric": w.metric, "summary": w.summary})
+    data = {
+        "workloads": workloads,
+        "suites": [str(p) for p in sorted(Path("suites").glob("*.yaml"))],
+        "precisions": list(PRECISIONS),
+        "policies": list(shipped_names("policy")),
+        "rules": list(shipped_names("rules")),
+    }
+    if as_json:
+        print_json(data)
+        return
+    _heading("workloads")
+    print_table(console, [Col("name"), Col("metric"), Col("summary")],
+                [[w["name"], w["metric"], w["summary"]] for w in workloads],
+                fallback=[f"  {w['name']:12} {w['summary']} (metric: {w['metric']})" for w in workloads])
+    _heading("suites")
+    for path in data["suites"] or ["(no suites/*.yaml in this folder)"]:
+        console.print(f"  {path}", markup=False, highlight=False)
+    _heading("precisions")
+    console.print("  " + ", ".join(data["precisions"]), markup=False, highlight=False)
+    _heading("policies (ampcert show policy NAME)")
+    console.print("  " + ", ".join(data["policies"]), markup=False, highlight=False)
+    _heading("rule packs (ampcert show rules NAME)")
+    console.print("  " + ", ".join(data["rules"]), markup=False, highlight=False)
+
+
+@app.command()
+def show(
+    kind: str | None = typer.Argument(None, help="policy or rules", show_default=False),
+    name: str | None = typer.Argument(None, help="a shipped name (`ampcert list` names them)", show_default=False),
+) -> None:
+    """Print a shipped policy or rule pack exactly as shipped, to copy and edit:
+    `ampcert show policy torch-cpu > my-policy.yaml`, then `--policy my-policy.yaml`."""
+    from ampcert.resources import KINDS, shipped_names, shipped_text
+
+    if kind is None:
+        raise UserError(f"show: give KIND and NAME, KIND one of {sorted(KINDS)} (e.g. ampcert show policy torch-cpu)")
+    if name is None:
+        raise UserError(f"show {kind}: give NAME, one of {list(shipped_names(kind))}")
+    text = shipped_text(kind, name)
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 @app.command()
 def env(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """The environment fingerprint: Python, frameworks, CUDA, GPUs, CPU and its flags."""
+    from ampcert.console import print_pairs
     from ampcert.envinfo import fingerprint
 
     fp = fingerprint()
     if as_json:
-        console.print_json(json.dumps(fp))
+        print_json(fp)
         return
     cpu = fp["cpu"]
-    console.print(f"python      {fp['python']}  ({fp['platform']})", markup=False)
-    console.print(f"cpu         {cpu['model']}, {cpu['usable_cores']} usable of {cpu['logical_cores']} "
-                  "logical cores", markup=False)
+    pairs = [("python", f"{fp['python']}  ({fp['platform']})"),
+             ("cpu", f"{cpu['model']}, {cpu['usable_cores']} usable of {cpu['logical_cores']} logical cores")]
     if isinstance(cpu["flags"], dict):
-        flags = " ".join(f"{k}={'yes' if v else 'no'}" for k, v in cpu["flags"].items())
-        console.print(f"cpu flags   {flags}", markup=False)
+        pairs.append(("cpu flags", " ".join(f"{k}={'yes' if v else 'no'}" for k, v in cpu["flags"].items())))
     gpu = fp["gpu"]
-    console.print(f"cuda        torch build {gpu.get('torch_cuda')}, available: {gpu.get('cuda_available')}",
-                  markup=False)
+    pairs.append(("cuda", f"torch build {gpu.get('torch_cuda')}, available: {gpu.get('cuda_available')}"))
     for d in gpu.get("devices", []):
-        console.print(f"gpu {d['index']}       {d['name']} (sm {d['capability']}, "
-                      f"{d['memory_bytes'] / 2**30:.1f} GiB)", markup=False)
-    console.print(f"driver      {gpu.get('driver') or gpu.get('nvml')}", markup=False)
-    pk = " ".join(f"{k}={v}" for k, v in fp["packages"].items() if v)
-    console.print(f"packages    {pk}", markup=False)
+        pairs.append((f"gpu {d['index']}", f"{d['name']} (sm {d['capability']}, {d['memory_bytes'] / 2**30:.1f} GiB)"))
+    pairs.append(("driver", str(gpu.get("driver") or gpu.get("nvml"))))
+    pairs.append(("packages", " ".join(f"{k}={v}" for k, v in fp["packages"].items() if v)))
+    print_pairs(console, pairs)
 
 
 @app.command()
 def report(
     results: Path = typer.Argument(..., help="results folder written by `ampcert run`"),
     csv: Path | None = typer.Option(None, "--csv", help="also write one row per run to this CSV file"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary (as in summary.json) on stdout "
+                                 "instead of the table (messages go to stderr)"),
 ) -> None:
     """Re-render the summary and report.json/report.html from stored results (same bytes every time)."""
+    _setup_output(as_json)
     from ampcert.report import summary
     from ampcert.results import ResultsDir, load
 
@@ -321,8 +466,11 @@ def report(
     with _folder_lock(results):
         written = summary.write(rs)
         paths = _write_report(rs)
-    _print_summary(rs, written)
-    console.print(f"wrote {ResultsDir(results).summary_json}, {paths[0]} and {paths[1]}", markup=False)
+    if as_json:
+        print_json({"results": str(results), "summary": written})
+    else:
+        _print_summary(rs, written)
+    console.print(f"wrote {ResultsDir(results).summary_json}, {paths[0]} and {paths[1]}", markup=False, soft_wrap=True)
     if csv is not None:
         try:
             rs.frame().to_csv(csv, index=False)
@@ -403,14 +551,17 @@ def audit(
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     policy: str | None = typer.Option(None, "--policy", help="policy file or shipped name (default: the device's shipped policy)"),
     dtype: str | None = typer.Option(None, "--dtype", help="bf16 or fp16 (default: bf16 on cpu, fp16 on cuda)"),
+    as_json: bool = typer.Option(False, "--json", help="print the audit rows as JSON on stdout instead of the "
+                                 "tables (messages go to stderr)"),
 ) -> None:
     """Compare ampcert's autocast with native torch.autocast, op by op, on real tensors.
 
     Exits 1 when a shipped (native-mirroring) policy disagrees with native, so
     CI catches a torch upgrade that changed autocast's lists; a user policy's
     intended differences are listed, not failed. Exits 2 on bad input."""
+    _setup_output(as_json)
     if backend == "jax":
-        _audit_jax(policy, dtype)
+        _audit_jax(policy, dtype, as_json)
         return
     if backend != "torch":
         raise UserError(f"--backend: expected torch or jax, got {backend!r}")
@@ -418,7 +569,7 @@ def audit(
         raise UserError(f"--device: expected cpu or cuda, got {device!r}")
     import torch
 
-    from ampcert.amp.audit import audit_torch, format_coverage, format_table
+    from ampcert.amp.audit import audit_torch, coverage, format_coverage, format_table
     from ampcert.spec import load_op_policy
 
     if device == "cuda" and not torch.cuda.is_available():
@@ -429,9 +580,25 @@ def audit(
     op_policy = load_op_policy(policy, "--policy", device)
     rows = audit_torch(device, op_policy, dtypes[dtype])
     console.print(f"policy {op_policy.name} ({op_policy.source}), sha256 {op_policy.sha256[:16]}..., "
-                  f"torch {torch.__version__}, device {device}", markup=False, highlight=False)
-    console.print(format_table(rows), markup=False, highlight=False, soft_wrap=True)
-    console.print(format_coverage(rows, device, op_policy), markup=False, highlight=False, soft_wrap=True)
+                  f"torch {torch.__version__}, device {device}", markup=False, highlight=False, soft_wrap=True)
+    cov = coverage(rows, device, op_policy)
+    if as_json:
+        from dataclasses import asdict
+
+        print_json({"policy": {"name": op_policy.name, "source": str(op_policy.source), "sha256": op_policy.sha256},
+                    "torch": torch.__version__, "device": device, "rows": [asdict(r) for r in rows],
+                    "coverage": cov})
+    else:
+        table = format_table(rows).splitlines()  # the plain layout where a fitted table cannot be drawn
+        print_table(console, [Col("op"), Col("family"), Col("agree"), Col("ampcert"), Col("native"), Col("note")],
+                    [[r.op, r.family, "yes" if r.agree else ("NO", "bold red"), r.ampcert_dtype, r.native_dtype,
+                      r.note] for r in rows], fallback=table[:-1], hide_blank=True)
+        console.print(table[-1], markup=False, highlight=False, soft_wrap=True)
+        print_table(console, [Col("family"), Col("ops", "right"), Col("audited", "right"), Col("agree", "right"),
+                              Col("native", "right"), Col("covered", "right"), Col("missing")],
+                    [[fam, str(c["ops"]), str(c["audited"]), str(c["agree"]), str(c["native"]), str(c["covered"]),
+                      ", ".join(c["missing"])] for fam, c in cov.items()],
+                    fallback=format_coverage(rows, device, op_policy).splitlines(), hide_blank=True)
     differ = [r.op for r in rows if not r.agree]
     from ampcert.amp.policy import POLICY_DIR
 
@@ -446,7 +613,7 @@ def audit(
         raise typer.Exit(1)
 
 
-def _audit_jax(policy: str | None, dtype: str | None) -> None:
+def _audit_jax(policy: str | None, dtype: str | None, as_json: bool = False) -> None:
     """ampcert's JAX autocast against its policy: per primitive, the operand
     dtypes it really got on real arrays; per nested region, whether the
     matmul inside was rewritten. Exit 1 when any row disagrees."""
@@ -470,9 +637,25 @@ def _audit_jax(policy: str | None, dtype: str | None) -> None:
     rows = audit_jax(op_policy, dtypes[dtype], extra_ops=("tanh", "logistic", "reduce_max", "add", "mul"))
     regions = audit_regions(op_policy, dtypes[dtype])
     console.print(f"policy {op_policy.name} ({op_policy.source}), sha256 {op_policy.sha256[:16]}..., "
-                  f"jax {jax.__version__}, backend {jax.default_backend()}", markup=False, highlight=False)
-    console.print(format_jax_table(rows), markup=False, highlight=False, soft_wrap=True)
-    console.print(format_region_table(regions), markup=False, highlight=False, soft_wrap=True)
+                  f"jax {jax.__version__}, backend {jax.default_backend()}", markup=False, highlight=False,
+                  soft_wrap=True)
+    if as_json:
+        from dataclasses import asdict
+
+        print_json({"policy": {"name": op_policy.name, "source": str(op_policy.source), "sha256": op_policy.sha256},
+                    "jax": jax.__version__, "backend": jax.default_backend(),
+                    "rows": [asdict(r) for r in rows], "regions": [asdict(r) for r in regions]})
+    else:
+        print_table(console, [Col("primitive"), Col("family"), Col("operands (observed)"), Col("expected"),
+                              Col("err/max|ref|", "right"), Col("agree"), Col("note")],
+                    [[r.op, r.family, r.observed, r.expected,
+                      f"{r.max_rel_err:.2e}" if r.max_rel_err is not None else "-",
+                      "yes" if r.agree else ("NO", "bold red"), r.note] for r in rows],
+                    fallback=format_jax_table(rows).splitlines(), hide_blank=True)
+        print_table(console, [Col("nested region"), Col("rewritten"), Col("matmul operands inside"), Col("note")],
+                    [[r.region, "yes" if r.rewritten else ("NO", "bold red"), r.matmul_dtypes, r.note]
+                     for r in regions],
+                    fallback=format_region_table(regions).splitlines(), hide_blank=True)
     bad = [r.op for r in rows if not r.agree] + [r.region for r in regions if not r.rewritten]
     if bad:
         console.print(f"autocast disagrees with the policy on: {', '.join(bad)}", markup=False)
@@ -485,7 +668,8 @@ def compare(
     baseline: Path = typer.Argument(..., help="the baseline: a report.json or a results folder"),
     new: Path = typer.Argument(..., help="the candidate: a report.json or a results folder"),
     gate_file: Path | None = typer.Option(None, "--gate", help="gate settings laid over configs/gate.yaml"),
-    json_out: Path | None = typer.Option(None, "--json", help="write the full result as JSON"),
+    json_out: Path | None = typer.Option(None, "--json", help="write the full result as JSON to this file; "
+                                         "`--json -` prints it on stdout instead of the table (messages go to stderr)"),
     markdown: Path | None = typer.Option(None, "--markdown", help="write a Markdown summary (a CI job summary)"),
 ) -> None:
     """Regression gate: NEW against BASELINE, per workload, backend, AMP and precision.
@@ -494,14 +678,24 @@ def compare(
     is significant over the repeated samples (steps within runs, seeds across runs);
     a verdict that FAILs now but did not before, or runs that fail now, regress too.
     Exit 0: no regression; 1: regression; 2: bad input (e.g. different suites)."""
+    to_stdout = _is_stdout(json_out)
+    _setup_output(to_stdout)
     from ampcert import gate
 
     result = gate.compare(gate.load_source(baseline), gate.load_source(new), gate.load_gate(gate_file))
-    _print_gate(result)
-    for path in gate.write_outputs(result, json_out, markdown):
-        console.print(f"wrote {path}", markup=False)
+    if to_stdout:
+        print_json(result)
+    else:
+        _print_gate(result)
+    for path in gate.write_outputs(result, None if to_stdout else json_out, markdown):
+        console.print(f"wrote {path}", markup=False, soft_wrap=True)
     if result.status == "FAIL":
         raise typer.Exit(1)
+
+
+def _is_stdout(path: Path | None) -> bool:
+    """`--json -`: the JSON goes to stdout, not to a file named '-'."""
+    return path is not None and str(path) == "-"
 
 
 def _print_gate(result) -> None:
@@ -512,14 +706,15 @@ def _print_gate(result) -> None:
         cert = f", certificate {side.certificate}" if side.certificate else ""
         console.print(f"{name} {side.path} ({side.kind}, suite {side.suite}, {side.runs} runs, "
                       f"{', '.join(side.devices)}{cert})", markup=False, highlight=False, soft_wrap=True)
-    table = Table(*[gate.HEADERS.get(k, k) for k in gate.COLUMNS],
-                  title=f"regression gate {result.gate['name']}: worse beyond the threshold AND significant")
-    style = {"REGRESSION": "bold red", "INCONCLUSIVE": "yellow", "IMPROVED": "green"}
-    for row in gate.table_rows(result):
-        cells = [row[k] for k in gate.COLUMNS]
-        cells[-1] = f"[{style[row['status']]}]{row['status']}[/]" if row["status"] in style else row["status"]
-        table.add_row(*cells)
-    console.print(table)
+    # Short headers for a terminal; the Markdown summary keeps gate.HEADERS.
+    headers = {"n": "n", "threshold": "limit"}
+    right = {"baseline", "candidate", "n", "change", "threshold"}
+    cols = [Col(headers.get(k, k), "right" if k in right else "left") for k in gate.COLUMNS]
+    rows = [[row[k] for k in gate.COLUMNS[:-1]] + [_status(row["status"])] for row in gate.table_rows(result)]
+    print_table(console, cols, rows, hide_blank=True,
+                title=f"regression gate {result.gate['name']}: worse beyond the threshold AND significant",
+                footnotes=["n: runs x samples per run, baseline / candidate; limit: worse by more than this "
+                           "is a regression if significant"] if rows else [])
     for v in result.verdict_changes:
         tag = "REGRESSION " if v.regression else ""
         what = f"rule {v.rule}" if v.rule else "certificate"
@@ -535,11 +730,11 @@ def _print_gate(result) -> None:
     for note in result.notes:
         console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     if result.status == "FAIL":
-        console.print(f"[bold red]FAIL[/]: {len(result.regressions)} regression(s)")
+        console.print(f"[bold red]FAIL[/]: {len(result.regressions)} regression(s)", soft_wrap=True)
         for line in result.regressions:
             console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
     else:
-        console.print("[bold green]PASS[/]: no regression")
+        console.print("[bold green]PASS[/]: no regression", soft_wrap=True)
 
 
 @app.command("plan")
@@ -550,10 +745,13 @@ def plan_cmd(
     price_per_gpu_hour: float | None = typer.Option(None, "--price-per-gpu-hour", help="overrides the pricing table"),
     pricing: Path | None = typer.Option(None, "--pricing", help="price table (default configs/pricing.yaml)"),
     csv: Path | None = typer.Option(None, "--csv", help="also write the plan as CSV"),
-    json_out: Path | None = typer.Option(None, "--json", help="also write the plan as JSON"),
+    json_out: Path | None = typer.Option(None, "--json", help="also write the plan as JSON to this file; `--json -` "
+                                         "prints it on stdout instead of the table (messages go to stderr)"),
 ) -> None:
     """Capacity plan: wall time, GPU-hours, energy and cost of training N samples on K
     devices in each precision, from measured throughput and energy per sample."""
+    to_stdout = _is_stdout(json_out)
+    _setup_output(to_stdout)
     from ampcert import gate
     from ampcert import plan as planning
     from ampcert.results import atomic_write_text
@@ -565,14 +763,18 @@ def plan_cmd(
     rows = planning.table_rows(cp)
     devices = sorted({row["device"] for row in rows})
     columns = [k for k in rows[0] if k != "device" or len(devices) > 1]
-    table = Table(*columns, title=f"suite {source.suite_name}: {cp.target_samples:,} samples on {cp.gpus} x "
-                  f"{devices[0] if len(devices) == 1 else 'device'}; ranges: slowest to fastest seed")
-    for row in rows:
-        table.add_row(*[row[k] for k in columns])
-    console.print(table)
+    if to_stdout:
+        print_json(cp)
+    else:
+        right = {"seeds", "samples/s", "wall time", "GPU-hours", "energy kWh", f"cost {cp.currency}"}
+        print_table(console, [Col(k, "right" if k in right else "left") for k in columns],
+                    [[row[k] for k in columns] for row in rows],
+                    title=f"suite {source.suite_name}: {cp.target_samples:,} samples on {cp.gpus} x "
+                          f"{devices[0] if len(devices) == 1 else 'device'}; ranges: slowest to fastest seed")
     for line in cp.assumptions + planning.notes(cp):
         console.print(f"note: {line}", markup=False, highlight=False, soft_wrap=True)
-    for path, text in ((csv, planning.csv_text(cp)), (json_out, cp.model_dump_json(indent=1) + "\n")):
+    for path, text in ((csv, planning.csv_text(cp)),
+                       (None if to_stdout else json_out, cp.model_dump_json(indent=1) + "\n")):
         if path is None:
             continue
         try:
@@ -582,11 +784,30 @@ def plan_cmd(
         console.print(f"wrote {path}", markup=False)
 
 
+def _usage_error(exc: Exception) -> bool:
+    """click's (typer's) errors about the command line: a missing or extra argument, a bad option value."""
+    return any(k.__name__ == "ClickException" for k in type(exc).__mro__) and hasattr(exc, "format_message")
+
+
 def main() -> None:
     try:
-        app()
+        code = app(standalone_mode=False)
     except UserError as exc:
         _fail(str(exc))
+    except Exception as exc:
+        if not _usage_error(exc):
+            raise
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `ampcert` alone: the help is already printed
+            sys.exit(exc.exit_code)  # type: ignore[attr-defined]
+        ctx = getattr(exc, "ctx", None)
+        sub = ctx.command_path.removeprefix(ctx.find_root().info_name or "").strip() if ctx else ""
+        where = f"{sub}: " if sub else ""
+        hint = f" (see {ctx.command_path} --help)" if ctx else ""
+        err_console.print(f"ampcert: error: {where}{exc.format_message()}{hint}",  # type: ignore[attr-defined]
+                          markup=False, highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)  # type: ignore[attr-defined]
     except KeyboardInterrupt:
+        code = 130
+    if code == 130:  # typer turns Ctrl-C into exit code 130
         err_console.print("ampcert: interrupted; finished runs are kept (continue with --resume)")
-        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

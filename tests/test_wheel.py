@@ -25,7 +25,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 pytestmark = pytest.mark.slow
@@ -73,10 +72,13 @@ def install_into_fresh_venv(wheel: Path, venv: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("wheel")
-    wheel = build_wheel(REPO, root)
-    return install_into_fresh_venv(wheel, root / "venv")
+def wheel(tmp_path_factory) -> Path:
+    return build_wheel(REPO, tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="module")
+def installed(wheel) -> Path:
+    return install_into_fresh_venv(wheel, wheel.parent / "venv")
 
 
 def _env() -> dict[str, str]:
@@ -155,3 +157,21 @@ def test_shipped_data_matches_the_checkout(installed, tmp_path):
     expected = {str(p.relative_to(REPO / "ampcert")): p.read_text()
                 for top in ("configs", "schemas") for p in (REPO / "ampcert" / top).rglob("*") if p.is_file()}
     assert shipped == expected
+
+
+def test_a_broken_installation_says_so_in_one_line(wheel, tmp_path):
+    """A wheel whose package data went missing: one line naming it, exit 2, no traceback."""
+    bin_dir = install_into_fresh_venv(wheel, tmp_path / "venv")
+    site = next((tmp_path / "venv" / "lib").glob("python3*/site-packages"))
+    shutil.rmtree(site / "ampcert" / "configs")
+    (tmp_path / "tiny.yaml").write_text(TINY_SUITE)
+    for args in (["run", "tiny.yaml", "--out", "out"], ["show", "policy", "torch-cpu"],
+                 ["certify", "nowhere"]):
+        proc = subprocess.run([str(bin_dir / "ampcert"), *args], cwd=tmp_path, env=_env(),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in proc.stderr, (args, proc.stderr)
+        if args[0] != "certify":
+            assert "missing from this installation" in lines[0], (args, lines[0])
+    assert not (tmp_path / "out").exists()

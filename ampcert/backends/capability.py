@@ -92,14 +92,39 @@ def probe(device: str, precisions: list[str], backend: str = "torch") -> dict[st
             continue
         accelerated = speedup >= SPEEDUP_THRESHOLD
         verdict = "accelerated" if accelerated else f"not accelerated on {device} ({backend})"
+        note = f"{verdict}: {n}x{n} matmul runs at {speedup:.3g}x fp32 throughput"
+        missing = _missing_cpu_units(precision) if device == "cpu" else None
+        if accelerated and missing:
+            # A small matmul timed on a loaded 2-core machine once read fp16 at 1.16x fp32 on an
+            # AVX2-only CPU (normally ~0.02x): a CPU without the instructions cannot be fast at it.
+            accelerated = False
+            note = (f"not accelerated on {device} ({backend}): the CPU has none of {missing} "
+                    f"(the {n}x{n} matmul read {speedup:.3g}x fp32 throughput, taken as noise)")
         out[precision] = {
             "accelerated": accelerated,
             "speedup_vs_fp32": round(speedup, 4),
-            "note": f"{verdict}: {n}x{n} matmul runs at {speedup:.3g}x fp32 throughput",
+            "note": note,
             "measured_flops": flops / t,
         }
-    _attach_peaks(out, device, n)
+    _attach_peaks(out, device, n, backend)
     return out
+
+
+# The CPU instructions without which a 16-bit matmul has no fast path (it is converted to fp32
+# around an fp32 kernel). A measured speed-up on a CPU that lacks all of them is not believed.
+_CPU_UNITS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
+
+
+def _missing_cpu_units(precision: str) -> list[str] | None:
+    """The instructions of ``precision`` when the CPU reports its flags and has none of
+    them; None when it has one, or when the flags cannot be read (then the timing decides)."""
+    from ampcert.envinfo import cpu_info
+
+    flags = cpu_info()["flags"]
+    units = _CPU_UNITS.get(precision, ())
+    if not units or not isinstance(flags, dict) or any(flags.get(u) for u in units):
+        return None
+    return list(units)
 
 
 DEVICES_FILE = config_path("devices.yaml")
@@ -118,14 +143,24 @@ def datasheet_peaks(device_name: str) -> tuple[dict[str, float], str] | None:
     return None
 
 
-def _attach_peaks(out: dict[str, dict[str, Any]], device: str, n: int) -> None:
+def _gpu_name(backend: str) -> str:
+    """The first GPU's name as the training framework reports it (a JAX
+    suite asks JAX, so planning it needs no torch)."""
+    if backend == "jax":
+        import jax
+
+        return jax.devices("gpu")[0].device_kind
+    import torch
+
+    return torch.cuda.get_device_name()
+
+
+def _attach_peaks(out: dict[str, dict[str, Any]], device: str, n: int, backend: str = "torch") -> None:
     """The peak MFU is measured against: a datasheet figure for known GPUs,
     else the calibration matmul's own throughput, stated as measured."""
     sheet = None
     if device == "cuda":
-        import torch
-
-        sheet = datasheet_peaks(torch.cuda.get_device_name())
+        sheet = datasheet_peaks(_gpu_name(backend))
     for precision, cap in out.items():
         if sheet and precision in sheet[0]:
             cap["peak_flops"], cap["peak_source"] = sheet[0][precision], f"datasheet: {sheet[1]}"

@@ -1,0 +1,337 @@
+"""What the CLI prints reads right anywhere: a terminal of any width, a pipe or
+CI log (plain text, nothing cut, no colour), a program (--json); NO_COLOR wins;
+`--version`, `list` and `show`; bad input on the new commands and options is
+one line and exit 2."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from conftest import REPO, cli_env, run_cli
+from rich.console import Console
+
+import ampcert
+from ampcert import cli, resources
+from ampcert.console import Col, fit_widths, plain_lines, print_table, vertical_lines
+
+SUITE = """\
+name: cli-output
+amp: native
+device: cpu
+precisions: [fp32, bf16]
+seeds: [0]
+unaccelerated: run
+train: {steps: 6, eval_every: 6}
+workloads:
+  - workload: digits
+"""
+
+ANSI = re.compile(r"\x1b\[")
+BOX = set("┏┓┗┛┃━┡┩│─┌┐└┘╇╋")
+
+
+@dataclass(frozen=True)
+class Folder:
+    suite: Path
+    root: Path      # a results folder (commands may re-render it)
+    signed: Path    # a signed copy, left alone
+    key: Path
+    pub: Path
+
+
+_SHARED: dict[str, Folder] = {}
+
+
+def shared_folder(tmp_path_factory) -> Folder:
+    """One tiny real results folder for the CLI tests of this session (built once, ~10 s)."""
+    if "folder" not in _SHARED:
+        from ampcert.report.sign import keygen
+
+        base = tmp_path_factory.mktemp("cli-folder")
+        suite = base / "suite.yaml"
+        suite.write_text(SUITE)
+        root = base / "results"
+        proc = run_cli("run", suite, "--out", root)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        signed = base / "signed"
+        shutil.copytree(root, signed)
+        key, pub = keygen(base / "signing.key")
+        proc = run_cli("sign", signed, "--key", key)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        _SHARED["folder"] = Folder(suite, root, signed, key, pub)
+    return _SHARED["folder"]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Folder:
+    return shared_folder(tmp_path_factory)
+
+
+def invoke(*args, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ampcert", *map(str, args)], cwd=cwd or REPO,
+                          env=cli_env() | (env or {}), capture_output=True, text=True, timeout=300)
+
+
+def one_line_error(proc, *fragments: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ampcert: error: "), proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+# --------------------------------------------------------------------------- --version
+
+
+def test_version():
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout == f"ampcert {ampcert.__version__}\n" and not proc.stderr
+    assert ampcert.__version__ == "0.1.0"
+
+
+# --------------------------------------------------------------------------- piped: plain, whole, uncoloured
+
+
+def _table_commands(f: Folder, tmp: Path) -> dict[str, list]:
+    return {
+        "report": ["report", f.root],
+        "dry-run": ["run", f.suite, "--dry-run"],
+        "certify": ["certify", f.root],
+        "compare": ["compare", f.root, f.root],
+        "plan": ["plan", f.root, "--target-samples", "1000000"],
+        "check": ["check", f.root],
+        "list": ["list"],
+        "env": ["env"],
+        "merge": ["merge", tmp / "merged", f.root],
+    }
+
+
+def test_piped_tables_at_80_columns_are_plain_and_whole(folder, tmp_path):
+    summary = json.loads((folder.root / "summary.json").read_text())
+    for name, args in _table_commands(folder, tmp_path).items():
+        proc = invoke(*args, env={"COLUMNS": "80"})
+        assert proc.returncode in (0, 1), (name, proc.stdout + proc.stderr)
+        out = proc.stdout
+        assert "…" not in out, (name, out)
+        assert not ANSI.search(out + proc.stderr), (name, out)
+        assert not BOX & set(out), (name, out)
+        if name == "report":
+            lines = out.splitlines()
+            table = lines[: next(i for i, line in enumerate(lines) if line.startswith("wrote "))]
+            assert max(map(len, table)) <= 80, out
+            # every group whole: workload, precision, runs
+            for g in summary["groups"]:
+                assert re.search(rf"^{g['workload']}\s+{g['precision']}\s+{g['completed']}/{g['runs']}\s", out, re.M), out
+        if name == "dry-run":
+            run_ids = [p.name for p in (folder.root / "runs").iterdir()]
+            assert run_ids and all(run_id in out for run_id in run_ids), out  # run ids never cut
+    # the summary's header is the full words it always was
+    header = next(line for line in invoke("report", folder.root, env={"COLUMNS": "80"}).stdout.splitlines()
+                  if line.startswith("workload"))
+    assert header.split() == ["workload", "prec", "runs", "metric", "target", "samples/s", "speedup", "MFU",
+                              "accel"] + (["note"] if any(g.get("note") for g in summary["groups"]) else [])
+
+
+def test_summary_notes_and_no_amp_column_in_process():
+    group = {"workload": "digits", "amp": "native", "precision": "fp16", "runs": 2, "completed": 2,
+             "final_metric_mean": 0.5, "target_reached": None, "samples_per_s_mean": 12345.6,
+             "speedup_vs_fp32": 0.02, "mfu_mean": None, "accelerated": False,
+             "note": "not comparable (capped at 30 steps)"}
+    s = {"suite": "s", "groups": [dict(group, precision="fp32", note=None, accelerated=True), group,
+                                  dict(group, precision="bf16")]}
+    buf = io.StringIO()
+    old = cli.console
+    cli.console = Console(file=buf, width=80, force_terminal=False)
+    try:
+        cli._print_summary(SimpleNamespace(runs=[]), s)
+    finally:
+        cli.console = old
+    out = buf.getvalue()
+    assert out.splitlines()[0] == "suite s, amp native"
+    assert out.count("[1]") == 3 and "[2]" not in out  # one marker per distinct note, and its footnote
+    assert "[1] not comparable (capped at 30 steps)" in out and "12,346" in out and "NO" in out
+    assert max(map(len, out.splitlines())) <= 80 and "…" not in out
+
+
+# --------------------------------------------------------------------------- layouts (pure)
+
+
+COLS = [Col("workload"), Col("prec"), Col("samples/s", "right"), Col("note")]
+ROWS = [["digits", "fp32", "18,011", ""],
+        ["a-rather-long-workload-label", "fp16", "312", "not comparable (capped at 30 steps)"]]
+
+
+@pytest.mark.parametrize("width", [200, 80, 60, 45, 30, 12])
+def test_terminal_table_fits_or_becomes_blocks(width):
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=True, color_system=None)
+    print_table(con, COLS, ROWS, title="suite t")
+    out = buf.getvalue()
+    lines = out.splitlines()
+    assert "…" not in out
+    widths = fit_widths(COLS, ROWS, width)
+    if widths is None:  # the headers alone do not fit: key: value blocks, nothing cut
+        assert "workload:  a-rather-long-workload-label" in lines and "samples/s: 312" in lines
+    else:
+        assert max(len(line.rstrip()) for line in lines) <= width, out
+        header = next(line for line in lines if "workload" in line)
+        assert header.split() == ["workload", "prec", "samples/s", "note"]  # headers never broken
+        # folded cells keep every character (folding interleaves them with their neighbours' lines)
+        shown = sum(len(re.sub(r"\s", "", line)) for line in lines if set(line.strip()) != {"─"})
+        given = ["suite t"] + [c.header for c in COLS] + [cell for row in ROWS for cell in row]
+        assert shown == sum(len(re.sub(r"\s", "", text)) for text in given), out
+
+
+def test_plain_layout_is_aligned_or_blocks():
+    lines = plain_lines(COLS, ROWS, 200)
+    assert lines is not None and lines[0].split() == ["workload", "prec", "samples/s", "note"]
+    assert set(lines[1].replace(" ", "")) == {"-"}
+    assert lines[3].endswith("not comparable (capped at 30 steps)")
+    assert plain_lines(COLS, ROWS, 60) is None
+    blocks = vertical_lines(COLS, ROWS)
+    assert blocks[:3] == ["workload:  digits", "prec:      fp32", "samples/s: 18,011"]  # empty note left out
+    assert "" in blocks and "note:      not comparable (capped at 30 steps)" in blocks
+
+
+def test_spare_columns_go_before_blocks():
+    cols = [Col("run_id"), Col("workload", spare=True), Col("steps", "right")]
+    rows = [["digits-fp32-native-s0-886fc453", "digits", "300"]]
+    for terminal in (True, False):
+        buf = io.StringIO()
+        print_table(Console(file=buf, width=40, force_terminal=terminal, color_system=None), cols, rows)
+        assert buf.getvalue().split()[:2] == ["run_id", "steps"], buf.getvalue()
+
+
+def test_terminal_table_end_to_end_in_a_pty(folder):
+    pty = pytest.importorskip("pty")
+    import fcntl
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    env = {k: v for k, v in cli_env().items() if k not in ("COLUMNS", "NO_COLOR", "FORCE_COLOR")}
+    proc = subprocess.Popen([sys.executable, "-m", "ampcert", "report", str(folder.root)], cwd=REPO, env=env,
+                            stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=120)
+    os.close(master)
+    out = ANSI.sub("", re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()))
+    assert proc.returncode == 0, out
+    assert "…" not in out and "─" in out  # a terminal table (header rule), nothing cut
+    assert max(len(line.rstrip()) for line in out.splitlines() if "wrote " not in line) <= 80, out
+
+
+# --------------------------------------------------------------------------- --json
+
+
+def test_every_table_command_prints_json(folder, tmp_path):
+    expect = {
+        "report": (["report", folder.root], {"results", "summary"}),
+        "certify": (["certify", folder.root], {"rules", "status", "subjects", "verdicts"}),
+        "compare": (["compare", folder.root, folder.root], {"status", "comparisons"}),
+        "plan": (["plan", folder.root, "--target-samples", "1000"], {"rows", "target_samples"}),
+        "check": (["check", folder.root], {"rules", "logs", "violations"}),
+        "list": (["list"], {"workloads", "suites", "precisions", "policies", "rules"}),
+        "env": (["env"], {"python", "cpu", "gpu", "packages"}),
+        "dry-run": (["run", folder.suite, "--dry-run"], {"suite", "runs", "capabilities"}),
+        "merge": (["merge", tmp_path / "merged", folder.root], {"results", "summary", "merged"}),
+    }
+    for name, (args, keys) in expect.items():
+        flag = ["--json", "-"] if name in ("compare", "plan") else ["--json"]
+        proc = invoke(*args, *flag, cwd=tmp_path)
+        assert proc.returncode in (0, 1), (name, proc.stdout + proc.stderr)
+        data = json.loads(proc.stdout)  # stdout is the JSON and nothing else
+        assert keys <= set(data), (name, sorted(data))
+        assert not ANSI.search(proc.stdout)
+    assert not (tmp_path / "-").exists()
+    summary = json.loads(invoke("report", folder.root, "--json").stdout)["summary"]
+    assert summary == json.loads((folder.root / "summary.json").read_text())
+
+
+def test_json_to_a_file_still_works(folder, tmp_path):
+    for args in (["compare", folder.root, folder.root], ["plan", folder.root, "--target-samples", "1000"]):
+        out = tmp_path / f"{args[0]}.json"
+        proc = invoke(*args, "--json", out)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert json.loads(out.read_text()) and f"wrote {out}" in proc.stdout
+
+
+# --------------------------------------------------------------------------- colour
+
+
+def test_no_color_wins_over_force_color(folder):
+    forced = invoke("compare", folder.root, folder.root, env={"FORCE_COLOR": "1", "COLUMNS": "200"})
+    assert ANSI.search(forced.stdout), "FORCE_COLOR alone colours (or this test proves nothing)"
+    for args in (["compare", folder.root, folder.root], ["report", folder.root], ["list"],
+                 ["certify", folder.root]):
+        proc = invoke(*args, env={"NO_COLOR": "1", "FORCE_COLOR": "1"})
+        assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+        assert not ANSI.search(proc.stdout + proc.stderr), (args, proc.stdout)
+        assert not BOX & set(proc.stdout)  # and a pipe is not taken for a terminal
+
+
+# --------------------------------------------------------------------------- list, show
+
+
+def test_list_names_the_shipped_policies_and_rule_packs():
+    proc = run_cli("list")
+    assert proc.returncode == 0, proc.stderr
+    for name in resources.shipped_names("policy") + resources.shipped_names("rules"):
+        assert name in proc.stdout
+    data = json.loads(run_cli("list", "--json").stdout)
+    assert data["policies"] == list(resources.shipped_names("policy"))
+    assert data["rules"] == list(resources.shipped_names("rules"))
+
+
+def test_show_prints_the_shipped_text_exactly(tmp_path):
+    for kind in resources.KINDS:
+        for name in resources.shipped_names(kind):
+            proc = subprocess.run([sys.executable, "-m", "ampcert", "show", kind, name], cwd=tmp_path,
+                                  env=cli_env(), capture_output=True, timeout=60)
+            assert proc.returncode == 0 and not proc.stderr, proc.stderr
+            assert proc.stdout == resources.shipped_path(kind, name).read_bytes()
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["show"], ["KIND and NAME", "policy", "rules"]),
+    (["show", "policy"], ["show policy", "torch-cpu"]),
+    (["show", "policy", "nope"], ["'nope'", "torch-cpu", "torch-cuda"]),
+    (["show", "rule", "default"], ["'rule'", "policy", "rules"]),
+    (["show", "rules", "default", "extra"], ["show", "extra"]),
+    (["show", "--bogus"], ["--bogus"]),
+    (["compare", "a", "b", "--json"], ["--json"]),
+    (["plan", "a", "--target-samples", "ten"], ["--target-samples"]),
+    (["report", "--json"], ["report", "Missing argument", "results"]),
+    (["nosuchcommand"], ["nosuchcommand"]),
+])
+def test_bad_input_is_one_line_exit_2(args, fragments):
+    one_line_error(run_cli(*args), *fragments)
+
+
+def test_json_to_an_unwritable_file_is_one_line(folder, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    one_line_error(invoke("compare", folder.root, folder.root, "--json", blocker / "gate.json"), "cannot write")
+    one_line_error(invoke("plan", folder.root, "--target-samples", "10", "--json", blocker / "plan.json"),
+                   "cannot write")
