@@ -120,13 +120,24 @@ def _python(version: str) -> str:
     return str(newest) if newest else version
 
 
+# The harness with `backend: jax` where torch is not installed: a tiny JAX suite planned,
+# trained, reported and certified, and a torch suite refused with the extra to install.
+JAX_HARNESS_TESTS = ("tests/jax/test_jax_without_torch.py",)
+
+
 def _jax_amp(session: nox.Session, jax: str) -> None:
+    # First ampcert.amp.jax alone: jax, numpy and PyYAML, nothing of the harness's deps.
     session.install(jax, *JAX_AMP_DEPS)
     session.install("--no-deps", "-e", ".")
     session.run("python", "-c", "import importlib.util, jax; print('jax', jax.__version__); "
                 "assert importlib.util.find_spec('torch') is None, 'torch is installed'")
     session.run("python", "-c", "import ampcert.amp.jax, sys; assert 'torch' not in sys.modules")
     session.run("pytest", "-q", *JAX_AMP_TESTS, *session.posargs)
+    # Then the whole package as a JAX-only team installs it (`ampcert[jax]`: no torch).
+    session.install("-e", ".[jax]", jax)
+    session.run("python", "-c", "import importlib.util; "
+                "assert importlib.util.find_spec('torch') is None, 'ampcert[jax] pulled torch'")
+    session.run("pytest", "-q", *JAX_HARNESS_TESTS, *session.posargs)
 
 
 @nox.session(python=_python("3.12"))

@@ -11,6 +11,7 @@ file) gives its run id, so the same suite always names its runs the same way.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -310,6 +311,43 @@ def read_yaml(path: str | Path, what: str = "file") -> Any:
         raise UserError(f"{p}: malformed YAML{at}: {problem}") from None
 
 
+# What each backend imports to train, with the name a person would look for,
+# and the extra that installs it (pyproject.toml's optional dependencies).
+BACKEND_MODULES: dict[str, tuple[tuple[str, str], ...]] = {
+    "torch": (("torch", "PyTorch"),),
+    "jax": (("jax", "JAX"), ("optax", "optax")),
+}
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported, found without importing it (torch
+    takes seconds to import, and the answer is needed before any run)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a blocked import, or a module whose __spec__ is None
+        return False
+
+
+def missing_framework(backend: str) -> str | None:
+    """The name of the first framework ``backend`` needs that is not
+    installed, or None when it can train here."""
+    for module, name in BACKEND_MODULES.get(backend, ()):
+        if not _installed(module):
+            return name
+    return None
+
+
+def require_backend(backend: str, where: str) -> None:
+    """Raise the one-line UserError naming the extra to install when the
+    framework ``backend`` trains with is not installed; checked when a suite
+    is read (and before a resumed folder's runs start), so nothing is planned,
+    written or trained that could only fail."""
+    name = missing_framework(backend)
+    if name is not None:
+        raise UserError(f"{where}: backend {backend} needs {name}, which is not installed: "
+                        f"pip install 'ampcert[{backend}]'")
+
+
 def parse_suite(data: Any, source: str = "<suite>") -> Suite:
     if not isinstance(data, dict):
         raise UserError(f"{source}: expected a mapping of suite fields at the top level")
@@ -317,6 +355,9 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
         suite = Suite.model_validate(data)
     except ValidationError as err:
         raise UserError(validation_message(source, err, data)) from None
+    # Before the workloads: a plugin workload that imports the missing framework
+    # would otherwise fail with a less useful "does not import".
+    require_backend(suite.backend, source)
     from ampcert.workloads import registry
 
     for i, entry in enumerate(suite.workloads):

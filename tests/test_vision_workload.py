@@ -1,5 +1,6 @@
-"""The vision workload: image loaders on files in their real formats, seeded
-augmentation, the ResNet at every size, and tiny reaching its target on digits."""
+"""The vision workload: image loaders on files in their real formats (numpy
+arrays, no framework), seeded augmentation, the numpy initial weights, the
+ResNet at every size, and tiny reaching its target on digits."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from PIL import Image
 from pydantic import ValidationError
 
-from ampcert.workloads import images, resnet
+from ampcert.workloads import images, resnet, torch_models
 from ampcert.workloads.base import DataError, Workload, warmup_cosine
 
 WORKLOAD_PATH = "ampcert.workloads.resnet:WORKLOAD"
@@ -75,11 +76,11 @@ def one_line_naming(exc: DataError, path) -> str:
 def test_cifar_loader_reads_the_real_layout(cifar_dir):
     data = images.load_cifar10(cifar_dir)
     assert data.train_x.shape == (40, 3, 32, 32) and data.eval_x.shape == (6, 3, 32, 32)
-    assert data.train_x.dtype == torch.float32 and data.train_y.dtype == torch.int64
+    assert data.train_x.dtype == np.float32 and data.train_y.dtype == np.int64
     first = pickle.loads((cifar_dir / "data_batch_1").read_bytes())
     # Row 0 is R plane, then G, then B, each 32x32 row-major.
     raw = first[b"data"][0]
-    assert data.train_x[0, 1, 2, 3].item() == pytest.approx(raw[1024 + 2 * 32 + 3] / 255)
+    assert data.train_x[0, 1, 2, 3] == pytest.approx(raw[1024 + 2 * 32 + 3] / 255)
     assert data.train_y[:8].tolist() == first[b"labels"]
     assert data.classes == [f"c{i}" for i in range(10)]
     info = data.info()
@@ -87,7 +88,7 @@ def test_cifar_loader_reads_the_real_layout(cifar_dir):
     assert images.load_cifar10(cifar_dir).info()["sha256"] == info["sha256"]  # deterministic
     small = images.load_cifar10(cifar_dir, max_train=10, max_eval=3)
     assert len(small.train_x) == 10 and len(small.eval_x) == 3
-    assert torch.equal(small.train_x, data.train_x[:10])
+    assert np.array_equal(small.train_x, data.train_x[:10])
     images.check_cifar10(cifar_dir)
 
 
@@ -141,17 +142,17 @@ def test_cifar_missing_paths(tmp_path, cifar_dir):
 def test_image_folder_loads_sorted_classes_and_a_fixed_split(image_dir):
     data = images.load_image_folder(image_dir, image_size=16)
     assert data.classes == ["cat", "dog", "emu"]
-    assert data.train_x.shape[1:] == (3, 16, 16) and data.train_x.dtype == torch.float32
+    assert data.train_x.shape[1:] == (3, 16, 16) and data.train_x.dtype == np.float32
     assert len(data.train_x) + len(data.eval_x) == 12  # notes.txt is not an image
     assert sorted(set(data.eval_y.tolist())) == [0, 1, 2]  # stratified: every class in eval
     assert 0.0 <= data.train_x.min() and data.train_x.max() <= 1.0
     # The class-coloured channel is the brightest, so labels line up with pixels.
-    xs, ys = torch.cat([data.train_x, data.eval_x]), torch.cat([data.train_y, data.eval_y])
+    xs, ys = np.concatenate([data.train_x, data.eval_x]), np.concatenate([data.train_y, data.eval_y])
     for x, y in zip(xs, ys, strict=True):
-        if x.std(dim=0).mean() > 0.01:  # skip the greyscale ones
-            assert x.mean(dim=(1, 2)).argmax() == y
+        if x.std(axis=0).mean() > 0.01:  # skip the greyscale ones
+            assert x.mean(axis=(1, 2)).argmax() == y
     again = images.load_image_folder(image_dir, image_size=16)
-    assert torch.equal(again.train_x, data.train_x) and torch.equal(again.eval_y, data.eval_y)
+    assert np.array_equal(again.train_x, data.train_x) and np.array_equal(again.eval_y, data.eval_y)
     assert data.info()["sha256"] == again.info()["sha256"]
     images.check_image_folder(image_dir)
 
@@ -210,7 +211,6 @@ def test_workload_meets_the_protocol_and_validates_params(cifar_dir):
 
 
 def test_build_on_each_source(cifar_dir, image_dir):
-    torch.manual_seed(0)
     task = resnet.WORKLOAD.build(resnet.ResNetParams(), seed=0, device="cpu")
     assert task.train_x.shape == (1438, 1, 8, 8) and task.eval_x.shape == (359, 1, 8, 8)
     assert task.data_info["source"] == "digits" and task.data_info["n_train"] == 1438
@@ -225,12 +225,45 @@ def test_build_on_each_source(cifar_dir, image_dir):
         assert 0.0 <= task.evaluate(task.model.eval(), task.eval_x, task.eval_y) <= 1.0
 
 
-def test_init_follows_the_seed():
+def test_init_follows_the_seed_and_nothing_else():
     def weights(seed):
-        torch.manual_seed(seed)
         return resnet.WORKLOAD.build(resnet.ResNetParams(), seed, "cpu").model.stem[0].weight
 
-    assert torch.equal(weights(0), weights(0)) and not torch.equal(weights(0), weights(1))
+    first = weights(0)
+    torch.manual_seed(99)  # neither torch's nor numpy's global generator plays a part
+    np.random.seed(99)
+    assert torch.equal(first, weights(0)) and not torch.equal(first, weights(1))
+
+
+def test_initial_weights_follow_torchs_conventions():
+    """He (fan_out) convolutions, torch's Linear default for the head, BatchNorm
+    at 1/0 with the last of each block at 0, running statistics 0/1."""
+    net = resnet.layout(resnet.ResNetParams(size="small"), 10, 3, 32)
+    w = resnet.initial_weights(net, seed=0)
+    conv = w.params["stages.2.conv2.weight"]  # (64, 64, 3, 3): fan_out 576
+    assert conv.dtype == np.float32 and conv.std() == pytest.approx(np.sqrt(2 / 576), rel=0.05)
+    assert abs(conv.mean()) < 0.005
+    head = w.params["head.weight"]  # (10, 128): U(-1/sqrt(128), 1/sqrt(128))
+    bound = 1 / np.sqrt(128)
+    assert head.min() >= -bound and head.max() <= bound and head.max() > 0.8 * bound
+    assert w.params["head.bias"].max() <= bound
+    assert (w.params["stages.0.bn1.weight"] == 1).all() and (w.params["stages.0.bn2.weight"] == 0).all()
+    assert (w.params["stem.1.bias"] == 0).all()
+    assert (w.buffers["stem.1.running_mean"] == 0).all() and (w.buffers["stem.1.running_var"] == 1).all()
+    # Each tensor has a stream of its own: a deeper net keeps the shared layers' values.
+    deeper = resnet.initial_weights(resnet.layout(resnet.ResNetParams(size="small", blocks=[2, 2, 3]), 10, 3, 32), 0)
+    assert np.array_equal(deeper.params["stages.2.conv2.weight"], conv)
+
+
+def test_a_torch_model_that_disagrees_with_the_weights_is_refused():
+    net = resnet.layout(resnet.ResNetParams(size="tiny"), 10, 1, 8)
+    other = resnet.layout(resnet.ResNetParams(size="tiny", width=8), 10, 1, 8)
+    with pytest.raises(ValueError, match="stem.0.weight is"):
+        torch_models.load_weights(torch_models.ResNet(net), resnet.initial_weights(other, 0))
+    weights = resnet.initial_weights(net, 0)
+    del weights.params["head.bias"]
+    with pytest.raises(ValueError, match=r"missing \['head.bias'\]"):
+        torch_models.load_weights(torch_models.ResNet(net), weights)
 
 
 def test_lr_schedule_warms_up_then_decays_to_a_tenth():
@@ -242,23 +275,27 @@ def test_lr_schedule_warms_up_then_decays_to_a_tenth():
 
 @pytest.mark.parametrize("flip", [False, True])
 def test_augment_is_a_function_of_seed_and_step(flip):
-    x = torch.arange(4 * 3 * 8 * 8, dtype=torch.float32).reshape(4, 3, 8, 8)
-    y = torch.arange(4)
+    x = np.arange(4 * 3 * 8 * 8, dtype=np.float32).reshape(4, 3, 8, 8)
+    y = np.arange(4)
     aug = resnet.make_augment(seed=7, pad=2, flip=flip)
-    state = torch.get_rng_state()
+    state = np.random.get_state()[1].copy()
     a, ya = aug(x, y, 5)
-    assert torch.equal(torch.get_rng_state(), state)  # global RNG untouched
-    assert torch.equal(a, aug(x, y, 5)[0]) and torch.equal(ya, y)
-    assert torch.equal(a, resnet.make_augment(seed=7, pad=2, flip=flip)(x, y, 5)[0])
-    assert not torch.equal(a, aug(x, y, 6)[0])
-    assert not torch.equal(a, resnet.make_augment(seed=8, pad=2, flip=flip)(x, y, 5)[0])
-    assert a.shape == x.shape
+    assert np.array_equal(np.random.get_state()[1], state)  # numpy's global generator untouched
+    assert np.array_equal(a, aug(x, y, 5)[0]) and np.array_equal(ya, y)
+    assert np.array_equal(a, resnet.make_augment(seed=7, pad=2, flip=flip)(x, y, 5)[0])
+    assert not np.array_equal(a, aug(x, y, 6)[0])
+    assert not np.array_equal(a, resnet.make_augment(seed=8, pad=2, flip=flip)(x, y, 5)[0])
+    assert a.shape == x.shape and a.dtype == x.dtype
     # Each output is a shifted (and maybe mirrored) window of its own padded input.
-    xp = torch.nn.functional.pad(x, (2, 2, 2, 2))
+    xp = np.pad(x, ((0, 0), (0, 0), (2, 2), (2, 2)))
     for i in range(4):
         windows = [xp[i, :, r:r + 8, c:c + 8] for r in range(5) for c in range(5)]
-        windows += [w.flip(2) for w in windows] if flip else []
-        assert any(torch.equal(a[i], w) for w in windows)
+        windows += [w[..., ::-1] for w in windows] if flip else []
+        assert any(np.array_equal(a[i], w) for w in windows)
+    # The torch backend's version applies the same draws on the device: the same pixels.
+    state = torch.get_rng_state()
+    t, _ = torch_models.TorchCropFlip(aug)(torch.from_numpy(x), torch.from_numpy(y), 5)
+    assert torch.equal(torch.get_rng_state(), state) and np.array_equal(t.numpy(), a)
 
 
 @pytest.mark.parametrize("size, params, in_shape", [
@@ -270,6 +307,7 @@ def test_model_sizes(size, params, in_shape):
     p = resnet.ResNetParams(size=size)
     model = resnet.build_model(p, 10, in_shape[0], in_shape[1])
     assert resnet.parameter_count(model) == params
+    assert resnet.initial_weights(resnet.layout(p, 10, in_shape[0], in_shape[1]), 0).count() == params
     assert model(torch.randn(2, *in_shape)).shape == (2, 10)
 
 

@@ -12,13 +12,16 @@ Precision, applied here and only here:
 JAX has no autocast of its own, so ``amp: native`` does not exist here; the
 harness refuses it at planning time.
 
-The workload comes from :mod:`ampcert.workloads.jax_models`: the torch task
-is built with the run's seed and converted (same weights, data, optimizer
-settings), and batches are drawn in the torch backend's order and augmented
-by the torch task's own augmentation, so a JAX run and a torch run of one
-seed see the same examples in the same order. The learning rate of step k
-is ``base_lr * lr_lambda(k - 1)``, torch LambdaLR's, including on skipped
-steps (LambdaLR advances on every step).
+The workload's ``build_jax`` gives a
+:class:`~ampcert.workloads.jax_models.JaxTask`; for the built-in workloads
+it is made from the same framework-free preparation as the torch task (same
+initial weights, bit for bit, same data and optimizer settings), and batches
+are drawn by :func:`ampcert.backends.loop.index_batches` and augmented from
+:mod:`ampcert.workloads.rng`, as in the torch backend, so a JAX run and a
+torch run of one seed see the same examples in the same order. Nothing here
+imports torch. The learning rate of step k is ``base_lr * lr_lambda(k - 1)``,
+torch LambdaLR's, including on skipped steps (LambdaLR advances on every
+step).
 
 Timing: each step is blocked until its results are ready and timed with
 perf_counter (dispatch, compute and the wait). The first step, which traces
@@ -90,20 +93,16 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     import optax
 
     from ampcert.amp.jax import DynamicLossScale, all_finite, autocast, jax_policy, select_tree
-    from ampcert.backends.torch_backend import (
-        RunFailed,
-        _batches,
-        seed_everything,
-        step_time_stats,
-        step_times_ms,
-    )
+    from ampcert.backends.loop import RunFailed, step_time_stats, step_times_ms
     from ampcert.workloads import registry
 
     out: dict[str, Any] = {}
     device = spec.device
     log.start(mllog.INIT_START)
-    determinism = seed_everything(spec.seed, "cpu")  # the torch twin builds the initial weights
-    determinism.update(xla, jax=jax.__version__, jax_backend=jax.default_backend())
+    determinism = loop.seed_host(spec.seed)  # for a user's workload that draws from numpy's global generator
+    # XLA's CPU kernels are deterministic; on a GPU _configure_xla asked for
+    # deterministic ops (the certify determinism check reads this field).
+    determinism.update(xla, deterministic_algorithms=True, jax=jax.__version__, jax_backend=jax.default_backend())
     out["determinism"] = determinism
     workload = registry.get(spec.workload)
     build_jax = getattr(workload, "build_jax", None)
@@ -173,7 +172,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     scales: list[float] = []
     skipped: list[int] = []
     evals: list[dict[str, Any]] = []
-    batches = _batches(len(train_x), task.batch_size, spec.seed)
+    batches = loop.index_batches(len(train_x), task.batch_size, spec.seed)
     train_s = eval_s = data_s = 0.0
     compile_s: float | None = None
     reached_at: dict[str, Any] | None = None
@@ -190,7 +189,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         for _ in range(window):
             step += 1
             t0 = time.perf_counter()
-            idx = next(batches).numpy()
+            idx = next(batches)
             x, y = train_x[idx], train_y[idx]
             if task.augment is not None:
                 x, y = task.augment(x, y, step)

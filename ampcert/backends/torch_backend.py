@@ -11,6 +11,10 @@ every precision:
 uses ampcert's own engine. Per-step values (losses, step-end events) stay on
 the device and are read once per evaluation, so the loop does not force a
 host sync every step.
+
+Batches are drawn by :func:`ampcert.backends.loop.index_batches` (numpy),
+as in the JAX backend, so a torch run and a JAX run of one seed train on the
+same examples in the same order.
 """
 
 from __future__ import annotations
@@ -19,17 +23,16 @@ import contextlib
 import hashlib
 import math
 import os
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from ampcert import mllog
 from ampcert.backends import distributed, loop
+from ampcert.backends.loop import RunFailed, step_time_stats, step_times_ms  # noqa: F401 - part of this module's API
 from ampcert.spec import RunSpec
 from ampcert.telemetry import Telemetry, ensure_pci_bus_order, torch_cuda_gpu_ref, torch_cuda_memory
 from ampcert.workloads import registry
@@ -37,16 +40,15 @@ from ampcert.workloads import registry
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-class RunFailed(Exception):
-    """The run cannot go on (e.g. non-finite loss); the message is the reason."""
-
-
 def seed_everything(seed: int, device: str) -> dict[str, Any]:
     """Seed python, numpy and torch and ask for deterministic kernels.
 
-    Returns what was set, for the run result."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
+    The built-in workloads draw their weights, batches and augmentation from
+    :mod:`ampcert.workloads.rng`, not from these global generators; seeding
+    them is for a user's workload that draws from torch's (its initial
+    weights then still follow the seed). Returns what was set, for the run
+    result."""
+    loop.seed_host(seed)
     torch.manual_seed(seed)
     if device == "cuda":
         # cuBLAS needs a fixed workspace to be deterministic; it must be set
@@ -102,26 +104,6 @@ def weights_digest(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
-    return float(np.percentile(sorted_values, q))
-
-
-def step_time_stats(seconds: list[float], method: str) -> dict[str, Any] | None:
-    if not seconds:
-        return None
-    ms = np.asarray(seconds) * 1e3
-    return {
-        "n": len(ms), "mean_ms": float(ms.mean()), "std_ms": float(ms.std()),
-        "p50_ms": _percentile(ms, 50), "p90_ms": _percentile(ms, 90), "p99_ms": _percentile(ms, 99),
-        "min_ms": float(ms.min()), "max_ms": float(ms.max()), "method": method,
-    }
-
-
-def step_times_ms(seconds: list[float]) -> list[float] | None:
-    """Per-step durations in ms rounded to 1 us: compact, and finer than the clock's noise."""
-    return [round(s * 1e3, 3) for s in seconds] or None
-
-
 class _StepClock:
     """Per-step durations without a per-step host sync: CUDA events on GPU,
     perf_counter on CPU (where kernels run synchronously)."""
@@ -152,18 +134,6 @@ class _StepClock:
         for start, end in self._pending:
             self.durations.append(start.elapsed_time(end) / 1e3)
         self._pending.clear()
-
-
-def _batches(n: int, batch_size: int, seed: int):
-    """Index batches in a fixed order for a seed: the same for every
-    precision, so parity compares like with like. Reshuffles each epoch and
-    drops the ragged tail so every step sees a full batch."""
-    gen = torch.Generator().manual_seed(seed)
-    per_epoch = max(n // batch_size, 1)
-    while True:
-        order = torch.randperm(n, generator=gen)
-        for i in range(per_epoch):
-            yield order[i * batch_size:(i + 1) * batch_size]
 
 
 def _sync(device: str) -> None:
@@ -241,7 +211,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     loss_scale: list[float] = []
     skipped: list[int] = []
     evals: list[dict[str, Any]] = []
-    batches = _batches(len(task.train_x), task.batch_size, spec.seed)
+    batches = loop.index_batches(len(task.train_x), task.batch_size, spec.seed)
     train_s = eval_s = data_s = 0.0
     reached_at: dict[str, Any] | None = None
     scaler = amp.scaler
@@ -262,7 +232,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
             step += 1
             tok = clock.start()
             t_data = time.perf_counter()
-            idx = next(batches)
+            idx = torch.from_numpy(next(batches))
             x, y = task.train_x[idx], task.train_y[idx]
             if task.augment is not None:
                 x, y = task.augment(x, y, step)

@@ -3,8 +3,14 @@
 Isolation is by process: a run that raises, diverges, hangs past its
 timeout or is killed (out of memory, a signal) becomes a failed RunResult
 with its reason, and the suite goes on. Workers are forked from a
-forkserver that has already imported torch, so each run pays for a fork,
-not for a fresh interpreter and framework import.
+forkserver that has already imported the harness (and, for torch suites,
+torch), so each run pays for a fork, not for a fresh interpreter and
+framework import.
+
+Nothing here imports a framework at module level: a JAX suite is planned,
+run and reported without torch, and a suite whose backend is not installed
+is refused with one line before anything is written
+(:func:`ampcert.spec.require_backend`).
 """
 
 from __future__ import annotations
@@ -31,34 +37,68 @@ from ampcert import __version__
 from ampcert.errors import UserError
 from ampcert.results import ResultsDir, RunResult, atomic_write_json, atomic_write_text
 from ampcert.runner.procs import alive as _alive
-from ampcert.spec import RunSpec, Suite, apply_capabilities, expand, load_suite
+from ampcert.spec import (
+    RunSpec,
+    Suite,
+    apply_capabilities,
+    expand,
+    load_suite,
+    missing_framework,
+    require_backend,
+)
 
 # Imported once in the forkserver, so each worker starts with them loaded.
 # torch._inductor is what torch.use_deterministic_algorithms imports (~3 s).
-_PRELOAD = ["ampcert.runner.worker", "ampcert.backends.torch_backend", "ampcert.workloads.digits",
-            "ampcert.workloads.resnet", "ampcert.workloads.gpt", "torch._inductor"]
+# JAX is not preloaded: the worker sets JAX_PLATFORMS and XLA_FLAGS before it
+# imports JAX, which reads the first on import and the second when its backend starts.
+_HARNESS = ["ampcert.runner.worker", "ampcert.workloads.digits", "ampcert.workloads.resnet",
+            "ampcert.workloads.gpt"]
+_PRELOAD = {
+    "torch": [*_HARNESS, "ampcert.backends.torch_backend", "ampcert.workloads.torch_models", "torch._inductor"],
+    "jax": [*_HARNESS, "ampcert.backends.jax_backend"],
+}
 _context: Any = None
 
 
-def _mp_context():
+def _mp_context(backends: set[str]):
+    """The process context workers start from. The forkserver is one per
+    process and preloads once, so the backends of its first use decide what
+    it preloads (only what is installed)."""
     global _context
     if _context is None:
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         _context = mp.get_context(method)
         if method == "forkserver":
-            _context.set_forkserver_preload(_PRELOAD)
+            _context.set_forkserver_preload(
+                list(dict.fromkeys(m for b in sorted(backends) if missing_framework(b) is None
+                                   for m in _PRELOAD[b])))
     return _context
 
 
-def resolve_device(requested: str) -> str:
-    import torch
+def resolve_device(requested: str, backend: str = "torch") -> str:
+    """``auto`` becomes ``cuda`` where the backend's framework sees a GPU;
+    ``cuda`` where it sees none is a one-line error."""
+    if backend == "jax":
+        found, detail = _jax_gpu()
+    else:
+        import torch
 
+        found = torch.cuda.is_available()
+        detail = f"torch {torch.__version__}, CUDA build: {torch.version.cuda}"
     if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise UserError("device: cuda was requested but torch sees no CUDA device "
-                        f"(torch {torch.__version__}, CUDA build: {torch.version.cuda})")
+        return "cuda" if found else "cpu"
+    if requested == "cuda" and not found:
+        raise UserError(f"device: cuda was requested but {backend} sees no CUDA device ({detail})")
     return requested
+
+
+def _jax_gpu() -> tuple[bool, str]:
+    import jax
+
+    try:
+        return bool(jax.devices("gpu")), f"jax {jax.__version__}"
+    except RuntimeError as exc:  # no GPU backend in this jaxlib, or no device
+        return False, f"jax {jax.__version__}: {' '.join(str(exc).split())[:120]}"
 
 
 @dataclass
@@ -75,7 +115,7 @@ def plan_suite(suite_path: str | Path) -> Plan:
 
     path = Path(suite_path)
     suite = load_suite(path)
-    device = resolve_device(suite.device)
+    device = resolve_device(suite.device, suite.backend)
     runs = expand(suite, device)
     precisions = sorted({r.precision for r in runs})
     capabilities = probe(device, precisions, backend=suite.backend)
@@ -257,7 +297,7 @@ def run_one(spec: RunSpec, root: Path, on_event: Callable[[Event], None]) -> Run
     from ampcert.runner.worker import now_iso
 
     rd = ResultsDir(root)
-    ctx = _mp_context()
+    ctx = _mp_context({spec.backend})
     events = ctx.Queue()  # one queue per run: a killed worker cannot poison the next one
     started_at = now_iso()
     spawned = time.time()
@@ -331,6 +371,10 @@ def execute_plan(root: Path, runs: list[RunSpec], *, retry_failed: bool = False,
     ``{"kind": "start"|"step"|"done", ...}``."""
     rd = ResultsDir(root)
     todo = pending_runs(rd, runs, retry_failed, on_event)
+    # A resumed folder was planned elsewhere: its framework may be missing here.
+    for backend in sorted({s.backend for s in todo if not s.skip_reason}):
+        require_backend(backend, str(root))
+    _mp_context({s.backend for s in todo})
     on_event({"kind": "plan", "total": len(runs), "todo": len(todo)})
     for spec in todo:
         on_event({"kind": "start", "run_id": spec.run_id, "limit": spec.train.step_limit})

@@ -19,7 +19,7 @@ from typing import Any
 from ampcert import mllog
 from ampcert.errors import UserError
 from ampcert.results import Phases, ResultsDir, RunResult, atomic_write_json
-from ampcert.spec import RunSpec
+from ampcert.spec import RunSpec, require_backend
 
 
 def now_iso() -> str:
@@ -67,13 +67,13 @@ def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None =
     fields: dict[str, Any] = {}
     status, reason = "completed", None
     try:
+        # Planning refused a missing framework already; this catches a folder
+        # resumed, or a worker started, where it is missing.
+        require_backend(spec.backend, f"run {spec.run_id}")
+        # Only the run's own backend is imported: a JAX run never imports torch.
         if spec.backend == "torch":
             from ampcert.backends import torch_backend as backend
         elif spec.backend == "jax":
-            try:
-                import jax  # noqa: F401
-            except ImportError as exc:
-                raise UserError(f"backend jax needs JAX: pip install 'ampcert[jax]' ({exc})") from None
             from ampcert.backends import jax_backend as backend
         else:  # pragma: no cover - the spec's Literal admits only these
             raise UserError(f"backend {spec.backend!r} is not available")

@@ -12,10 +12,19 @@ FLOP counting), so one workload runs unchanged in fp32, fp16 and bf16. The
 built-in workloads are written against exactly this protocol; docs/workloads.md
 walks through a user's own (examples/custom_workload/).
 
-``build`` is called after the harness seeded python, numpy and torch with the
-run's seed, so initial weights drawn from torch's global generator follow the
-seed; data splits should not (every seed and precision is scored on the same
-evaluation set).
+``build`` is called after the torch backend seeded python, numpy and torch
+with the run's seed, so a user's initial weights drawn from torch's global
+generator follow the seed; data splits should not (every seed and precision
+is scored on the same evaluation set). The built-in workloads draw nothing
+from a global generator: a workload module (framework-free, so a suite is
+validated and listed without torch or JAX) prepares a :class:`Prepared` from
+the params and seed, numpy arrays and initial weights from
+:mod:`ampcert.workloads.init`, and its ``build`` and ``build_jax`` turn that
+one Prepared into a TorchTask (:mod:`~ampcert.workloads.torch_models`) or a
+JaxTask (:mod:`~ampcert.workloads.jax_models`), importing their framework only
+then. Both backends draw batches and augmentation from
+:mod:`ampcert.workloads.rng`, so a torch and a JAX run of one seed start from
+the same weights and see the same batches.
 """
 
 from __future__ import annotations
@@ -25,7 +34,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+import numpy as np
 from pydantic import BaseModel
+
+from ampcert.workloads.init import Weights
 
 if TYPE_CHECKING:
     import torch
@@ -56,6 +68,30 @@ class TorchTask:
     # FLOPs of one training step (forward + backward), when the workload knows
     # better than torch.utils.flop_counter (custom kernels); None: counted.
     flops_per_step: float | None = None
+
+
+@dataclass
+class Prepared:
+    """A built-in workload before a framework is chosen: what its torch and
+    JAX tasks share, so that they share it by construction.
+
+    Data are numpy arrays (float32 inputs, int64 labels) already split and
+    normalised; ``weights`` are the initial parameters keyed by torch name;
+    ``augment(x, y, step)`` (numpy in, numpy out) is the workload's seeded
+    augmentation, if any. A workload module may subclass it to carry what its
+    models need (a layout, the text windows' bytes)."""
+
+    params: Any  # the workload's validated Params
+    weights: Weights
+    train_x: np.ndarray
+    train_y: np.ndarray
+    eval_x: np.ndarray
+    eval_y: np.ndarray
+    batch_size: int
+    lr_lambda: Callable[[int], float] | None = None
+    augment: Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]] | None = None
+    data_note: str = ""
+    data_info: dict[str, Any] = field(default_factory=dict)
 
 
 def warmup_cosine(warmup_steps: int, max_steps: int, floor: float = 0.1) -> Callable[[int], float]:

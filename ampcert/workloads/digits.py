@@ -3,22 +3,27 @@
 The data is scikit-learn's bundled copy of the UCI optical-digits test set
 (1,797 greyscale 8x8 images, 10 classes), so it needs no download. The
 train/eval split is fixed (it does not move with the seed), so every seed and
-precision is scored on the same 360 images; the seed moves the weights and
+precision is scored on the same 359 images; the seed moves the weights and
 the batch order.
+
+This module is framework-free (numpy): the data, the fixed split and the
+initial weights are made here, and ``build`` imports torch only to turn them
+into a :class:`~ampcert.workloads.base.TorchTask`
+(:mod:`ampcert.workloads.torch_models` holds the network). The resnet and
+numerics workloads read their digits through :func:`fixed_split` too.
 """
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
-import torch
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
-from torch import nn
 
-from ampcert.workloads.base import Budget, TorchTask
+from ampcert.workloads.base import Budget, Prepared, TorchTask
+from ampcert.workloads.init import Initialiser, Weights
 
 EVAL_FRACTION = 0.2
 SPLIT_SEED = 1234
@@ -36,27 +41,6 @@ class DigitsParams(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
 
 
-class DigitsCNN(nn.Module):
-    def __init__(self, width: int, hidden: int, classes: int = 10):
-        super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(1, width, 3, padding=1),
-            nn.ReLU(),
-            nn.Conv2d(width, 2 * width, 3, padding=1),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-        )
-        self.head = nn.Sequential(
-            nn.Flatten(),
-            nn.Linear(2 * width * 4 * 4, hidden),
-            nn.ReLU(),
-            nn.Linear(hidden, classes),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(x))
-
-
 def digits_file() -> Path:
     """scikit-learn's bundled copy of the data (a gzipped CSV: 64 pixels, then
     the label). Found without importing sklearn, which costs ~2 s per process."""
@@ -69,17 +53,41 @@ def digits_file() -> Path:
     return path
 
 
-def load_digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:
+def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     """All 1,797 images as float32 (N, 1, 8, 8) in [0, 1], and int64 labels."""
     data = np.loadtxt(digits_file(), delimiter=",", dtype=np.float32)
-    x = torch.from_numpy(data[:, :-1].copy()).reshape(-1, 1, 8, 8) / 16.0
-    y = torch.from_numpy(data[:, -1].astype(np.int64))
-    return x, y
+    x = np.ascontiguousarray(data[:, :-1].reshape(-1, 1, 8, 8) / np.float32(16.0))
+    return x, data[:, -1].astype(np.int64)
 
 
-def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    logits = model(x)
-    return (logits.argmax(dim=1) == y).float().mean().item()
+def fixed_split(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(train_x, train_y, eval_x, eval_y): the first ``EVAL_FRACTION`` of a
+    permutation seeded by ``SPLIT_SEED`` evaluates, the rest trains; the same
+    on every machine and for every run seed."""
+    order = np.random.default_rng(SPLIT_SEED).permutation(len(x))
+    n_eval = int(len(x) * EVAL_FRACTION)
+    eval_idx, train_idx = order[:n_eval], order[n_eval:]
+    return x[train_idx], y[train_idx], x[eval_idx], y[eval_idx]
+
+
+def load_digits_tensors():
+    """:func:`load_digits_arrays` as torch tensors (imports torch)."""
+    import torch
+
+    x, y = load_digits_arrays()
+    return torch.from_numpy(x), torch.from_numpy(y)
+
+
+def initial_weights(params: DigitsParams, seed: int, classes: int = 10) -> Weights:
+    """The CNN's starting point (names as in ``torch_models.DigitsCNN``):
+    two 3x3 convolutions and two linear layers, torch's default initialisation."""
+    w, h = params.width, params.hidden
+    init = Initialiser(seed)
+    init.conv("features.0", 1, w, 3)
+    init.conv("features.2", w, 2 * w, 3)
+    init.linear("head.1", 2 * w * 4 * 4, h)
+    init.linear("head.3", h, classes)
+    return init.weights
 
 
 class DigitsWorkload:
@@ -90,36 +98,30 @@ class DigitsWorkload:
     Params = DigitsParams
 
     def default_budget(self, params: DigitsParams) -> Budget:
-        # fp32 reaches 0.95 in 150-175 steps at the default width on seeds 0-3.
+        # fp32 reaches 0.95 in 100-125 steps at the default width on seeds 0-3.
         return Budget(target=0.95, max_steps=300, eval_every=25)
 
-    def build(self, params: DigitsParams, seed: int, device: str) -> TorchTask:
-        x, y = load_digits_tensors()
-        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(SPLIT_SEED))
-        n_eval = int(len(x) * EVAL_FRACTION)
-        eval_idx, train_idx = order[:n_eval], order[n_eval:]
-        # The caller seeds torch before build(), so initial weights follow the seed.
-        model = DigitsCNN(params.width, params.hidden)
-
-        def make_optimizer(parameters):
-            if params.optimizer == "adamw":
-                return torch.optim.AdamW(parameters, lr=params.lr, weight_decay=params.weight_decay)
-            return torch.optim.SGD(
-                parameters, lr=params.lr, momentum=params.momentum, weight_decay=params.weight_decay
-            )
-
-        return TorchTask(
-            model=model.to(device),
-            train_x=x[train_idx].to(device),
-            train_y=y[train_idx].to(device),
-            eval_x=x[eval_idx].to(device),
-            eval_y=y[eval_idx].to(device),
-            batch_size=params.batch_size,
-            loss_fn=nn.functional.cross_entropy,
-            make_optimizer=make_optimizer,
-            evaluate=accuracy,
-            data_note=f"sklearn load_digits: {len(train_idx)} train / {n_eval} eval, fixed split",
+    def prepare(self, params: DigitsParams, seed: int) -> Prepared:
+        train_x, train_y, eval_x, eval_y = fixed_split(*load_digits_arrays())
+        return Prepared(
+            params=params, weights=initial_weights(params, seed),
+            train_x=train_x, train_y=train_y, eval_x=eval_x, eval_y=eval_y, batch_size=params.batch_size,
+            data_note=f"sklearn load_digits: {len(train_x)} train / {len(eval_x)} eval, fixed split",
         )
+
+    def build(self, params: DigitsParams, seed: int, device: str) -> TorchTask:
+        from ampcert.workloads import torch_models
+
+        return torch_models.digits_task(self.prepare(params, seed), device)
 
 
 WORKLOAD = DigitsWorkload()
+
+
+def __getattr__(name: str) -> Any:
+    """``DigitsCNN`` and ``accuracy`` (torch) lived here; they load on first use."""
+    if name in ("DigitsCNN", "accuracy"):
+        from ampcert.workloads import torch_models
+
+        return getattr(torch_models, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

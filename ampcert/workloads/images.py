@@ -1,4 +1,4 @@
-"""Image classification data, loaded into memory as tensors.
+"""Image classification data, loaded into memory as numpy arrays.
 
 Three sources, all deterministic (the same files give the same tensors and
 the same train/eval split on every machine, seed and precision):
@@ -23,9 +23,11 @@ the same train/eval split on every machine, seed and precision):
   class (stratified), chosen by a fixed split seed.
 
 Every loader returns an :class:`ImageData` with float32 NCHW images in
-[0, 1] and int64 labels; normalisation is the workload's business. Every
-failure is a :class:`~ampcert.workloads.base.DataError` whose message is
-one line, ``<path>: <problem>``. Each source also has a cheap ``check_*``
+[0, 1] and int64 labels, as numpy arrays: nothing here needs torch or JAX,
+and each backend makes its own tensors from them. Normalisation is the
+workload's business. Every failure is a
+:class:`~ampcert.workloads.base.DataError` whose message is one line,
+``<path>: <problem>``. Each source also has a cheap ``check_*``
 for plan-time validation (paths exist, files parse) that raises the same
 errors without decoding everything.
 """
@@ -40,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from ampcert.workloads.base import DataError
 
@@ -60,10 +61,10 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".t
 class ImageData:
     """A source's images and labels, already split, in memory."""
 
-    train_x: torch.Tensor  # float32 (N, C, H, W) in [0, 1]
-    train_y: torch.Tensor  # int64 (N,)
-    eval_x: torch.Tensor
-    eval_y: torch.Tensor
+    train_x: np.ndarray  # float32 (N, C, H, W) in [0, 1]
+    train_y: np.ndarray  # int64 (N,)
+    eval_x: np.ndarray
+    eval_y: np.ndarray
     classes: list[str]
     source: str
     path: str | None
@@ -80,24 +81,24 @@ class ImageData:
 
     def info(self) -> dict[str, Any]:
         """Provenance for the run result: where the data came from and a
-        digest of exactly the training tensors used."""
+        digest of exactly the training arrays used."""
         return {
             "source": self.source,
             "path": self.path,
             "n_train": len(self.train_x),
             "n_eval": len(self.eval_x),
-            "sha256": tensor_sha256(self.train_x),
-            "labels_sha256": tensor_sha256(self.train_y),
+            "sha256": array_sha256(self.train_x),
+            "labels_sha256": array_sha256(self.train_y),
             "classes": list(self.classes),
             "image_shape": list(self.train_x.shape[1:]),
             **self.extra,
         }
 
 
-def tensor_sha256(t: torch.Tensor) -> str:
-    """sha256 of a tensor's raw bytes (contiguous, on the host)."""
-    arr = t.detach().cpu().contiguous().numpy()
-    return hashlib.sha256(arr.tobytes()).hexdigest()
+def array_sha256(a: np.ndarray) -> str:
+    """sha256 of an array's raw bytes in C order: for the same data, the
+    digest a torch tensor's ``contiguous().numpy()`` bytes give."""
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
 
 
 def _error(path: Path | str, problem: Any) -> DataError:
@@ -106,7 +107,7 @@ def _error(path: Path | str, problem: Any) -> DataError:
     return DataError(f"{path}: {text}")
 
 
-def _limit(x: torch.Tensor, y: torch.Tensor, n: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _limit(x: np.ndarray, y: np.ndarray, n: int | None) -> tuple[np.ndarray, np.ndarray]:
     return (x, y) if n is None else (x[:n], y[:n])
 
 
@@ -128,20 +129,23 @@ def load_digits(max_train: int | None = None, max_eval: int | None = None) -> Im
     from ampcert.workloads import digits
 
     check_digits()
-    x, y = digits.load_digits_tensors()
-    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(digits.SPLIT_SEED))
-    n_eval = int(len(x) * digits.EVAL_FRACTION)
-    eval_idx, train_idx = order[:n_eval], order[n_eval:]
-    train_x, train_y = _limit(x[train_idx], y[train_idx], max_train)
-    eval_x, eval_y = _limit(x[eval_idx], y[eval_idx], max_eval)
+    train_x, train_y, eval_x, eval_y = digits.fixed_split(*digits.load_digits_arrays())
+    train_x, train_y = _limit(train_x, train_y, max_train)
+    eval_x, eval_y = _limit(eval_x, eval_y, max_eval)
     return ImageData(
-        train_x.contiguous(), train_y.contiguous(), eval_x.contiguous(), eval_y.contiguous(),
+        np.ascontiguousarray(train_x), np.ascontiguousarray(train_y),
+        np.ascontiguousarray(eval_x), np.ascontiguousarray(eval_y),
         classes=[str(i) for i in range(10)], source="digits", path=str(digits.digits_file()),
         note=f"sklearn load_digits: {len(train_x)} train / {len(eval_x)} eval, fixed split",
     )
 
 
 # ---------------------------------------------------------------- CIFAR-10
+
+
+def _unit(pixels: np.ndarray) -> np.ndarray:
+    """uint8 pixels as float32 in [0, 1] (one correctly rounded division each)."""
+    return pixels.astype(np.float32) / np.float32(255)
 
 
 class _NumpyOnlyUnpickler(pickle.Unpickler):
@@ -266,12 +270,12 @@ def load_cifar10(path: str | Path, max_train: int | None = None, max_eval: int |
         ys.append(y)
         have += len(x)
     ex, ey = _cifar_batch(root / CIFAR_EVAL_FILE)
-    train_x, train_y = _limit(torch.from_numpy(np.concatenate(xs)), torch.from_numpy(np.concatenate(ys)), max_train)
-    eval_x, eval_y = _limit(torch.from_numpy(ex), torch.from_numpy(ey), max_eval)
+    train_x, train_y = _limit(np.concatenate(xs), np.concatenate(ys), max_train)
+    eval_x, eval_y = _limit(ex, ey, max_eval)
     if len(train_x) == 0 or len(eval_x) == 0:
         raise _error(root, f"no images ({len(train_x)} train / {len(eval_x)} eval)")
     return ImageData(
-        train_x.float().div_(255), train_y.clone(), eval_x.float().div_(255), eval_y.clone(),
+        _unit(train_x), train_y.copy(), _unit(eval_x), eval_y.copy(),
         classes=_cifar_classes(root), source="cifar10", path=str(root.resolve()),
         note=f"CIFAR-10 python batches at {root}: {len(train_x)} train / {len(eval_x)} eval",
     )
@@ -349,11 +353,11 @@ def split_image_folder(files: list[list[Path]], eval_fraction: float = EVAL_FRAC
     (at least one when the class has two or more) go to eval, picked by a
     generator seeded with ``split_seed``. Train lists are then interleaved in
     a seeded order so a ``max_train`` prefix covers every class."""
-    gen = torch.Generator().manual_seed(split_seed)
+    gen = np.random.default_rng(split_seed)
     train: list[tuple[Path, int]] = []
     evals: list[tuple[Path, int]] = []
     for label, class_files in enumerate(files):
-        order = torch.randperm(len(class_files), generator=gen).tolist()
+        order = gen.permutation(len(class_files)).tolist()
         n_eval = round(eval_fraction * len(class_files))
         if len(class_files) >= 2:
             n_eval = min(max(n_eval, 1), len(class_files) - 1)
@@ -361,8 +365,8 @@ def split_image_folder(files: list[list[Path]], eval_fraction: float = EVAL_FRAC
             n_eval = 0
         evals.extend((class_files[i], label) for i in order[:n_eval])
         train.extend((class_files[i], label) for i in order[n_eval:])
-    train = [train[i] for i in torch.randperm(len(train), generator=gen).tolist()]
-    evals = [evals[i] for i in torch.randperm(len(evals), generator=gen).tolist()]
+    train = [train[i] for i in gen.permutation(len(train)).tolist()]
+    evals = [evals[i] for i in gen.permutation(len(evals)).tolist()]
     return train, evals
 
 
@@ -377,10 +381,9 @@ def load_image_folder(path: str | Path, image_size: int = 32, max_train: int | N
         raise _error(root, f"too few images to split: {len(train)} train / {len(evals)} eval "
                            "(each class needs at least 2 images)")
 
-    def stack(items: list[tuple[Path, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def stack(items: list[tuple[Path, int]]) -> tuple[np.ndarray, np.ndarray]:
         x = np.stack([_read_image(p, image_size) for p, _ in items])
-        y = np.asarray([label for _, label in items], dtype=np.int64)
-        return torch.from_numpy(x).float().div_(255), torch.from_numpy(y)
+        return _unit(x), np.asarray([label for _, label in items], dtype=np.int64)
 
     train_x, train_y = stack(train)
     eval_x, eval_y = stack(evals)

@@ -1,21 +1,30 @@
 """The standard workloads in JAX: the same networks, weights, data and optimizer as in torch.
 
-A JAX run must certify the *same* workload as the torch run beside it, so
-nothing here is re-invented: the torch task is built first (with the run's
-seed, so the initial weights follow it), and then
+A JAX run must certify the *same* workload as the torch run beside it, and a
+JAX-only install has no torch, so both are built from one framework-free
+:class:`~ampcert.workloads.base.Prepared` (the workload's ``prepare``):
 
-- its weights become a dict of ``jnp`` arrays keyed by the torch parameter
-  names (``stages.0.conv1.weight``), BatchNorm running statistics a second
-  dict, so the initial weights are not only from the same distribution but
-  bit-identical;
+- the initial weights are the workload's numpy ``initial_weights``, a dict of
+  arrays keyed by the torch parameter names (``stages.0.conv1.weight``),
+  BatchNorm running statistics a second dict; torch copies the very same
+  arrays into its modules, so a seed's starting point is bit-identical in
+  both frameworks (:mod:`ampcert.workloads.init` says which distributions);
 - the forward pass is written in plain ``jax.numpy``/``jax.lax`` against
   those names, layer for layer (NCHW convolutions, BatchNorm with torch's
-  momentum and unbiased running variance, pre-LN GPT blocks with a tied head);
-- the optimizer is read off the torch optimizer's parameter groups (type,
-  learning rate, momentum, betas, eps, weight decay) and rebuilt with optax,
-  with the learning-rate multiplier of the torch schedule applied per step;
-- data, batch order and augmentation are the torch task's own (the backend
-  draws the same index batches), converted to arrays per batch.
+  momentum and unbiased running variance, pre-LN GPT blocks with a tied head),
+  reading the network's shape from the workload (``resnet.Layout``, the GPT
+  params), not from a torch model;
+- the optimizer is the workload's (SGD with momentum and L2 weight decay, or
+  AdamW; GPT decays matrices only) written with optax at learning rate 1, and
+  the backend applies ``base_lr * lr_lambda(step - 1)`` per step, as torch's
+  LambdaLR does;
+- data, batch order and augmentation are shared too: the data are the
+  Prepared's numpy arrays, both backends draw index batches and augmentation
+  from :mod:`ampcert.workloads.rng`, and the augmentation is the workload's
+  numpy one (torch applies the same draws on its device).
+
+tests/jax/test_jax_workloads.py checks the correspondence: identical initial
+weights, and one forward pass and one optimizer step equal to torch's.
 
 Plain JAX rather than flax: the parameter tree *is* the torch state dict, so
 a reviewer can check the correspondence name by name, there is no second
@@ -30,7 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -38,13 +47,19 @@ import numpy as np
 import optax
 from jax import lax
 
-from ampcert.workloads.base import TorchTask
+from ampcert.workloads.base import Prepared
+
+if TYPE_CHECKING:
+    from ampcert.workloads.gpt import GPTPrepared
+    from ampcert.workloads.resnet import ResNetPrepared
 
 Params = dict[str, jax.Array]
 
 BN_MOMENTUM = 0.1  # torch's default
 BN_EPS = 1e-5
 LN_EPS = 1e-5
+ADAM_EPS = 1e-8  # torch's default
+ADAM_BETAS = (0.9, 0.999)  # torch's default, where the workload names none
 
 
 @dataclass
@@ -55,9 +70,10 @@ class JaxTask:
     ``state`` holds non-trained buffers (BatchNorm running statistics), and may
     be empty. The optimizer is an optax transformation at learning rate 1: the
     backend scales its updates by ``base_lr * lr_lambda(step - 1)``. Data is in
-    memory as numpy arrays; the backend draws index batches in the same order
-    as the torch backend for a seed, and ``augment(x, y, step)`` (numpy in,
-    numpy out) must depend only on its inputs and the step.
+    memory as numpy arrays; the backend draws index batches from
+    :mod:`ampcert.workloads.rng`, in the same order as the torch backend for a
+    seed, and ``augment(x, y, step)`` (numpy in, numpy out) must depend only on
+    its inputs and the step.
     """
 
     params: Params
@@ -77,51 +93,29 @@ class JaxTask:
     augment: Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]] | None = None
     data_note: str = ""
     data_info: dict[str, Any] = field(default_factory=dict)
-    # The torch twin this task was converted from, for the built-in workloads.
-    torch_task: TorchTask | None = None
     info: dict[str, Any] = field(default_factory=dict)
-
-
-def to_jax(tensor) -> jax.Array:
-    return jnp.asarray(tensor.detach().cpu().numpy())
 
 
 # --------------------------------------------------------------------------- optimizer
 
 
-def optimizer_from_torch(optimizer, names: dict[int, str]) -> tuple[optax.GradientTransformation, float]:
-    """An optax transformation equal to ``optimizer`` (torch SGD with momentum
-    and L2 weight decay, or AdamW) at learning rate 1, per parameter group,
-    and the groups' common base learning rate (the caller multiplies updates
-    by ``base_lr * schedule(step)``, as torch's LambdaLR does)."""
-    import torch
+def sgd_or_adamw(params: Any, decay_mask: Callable[[Params], Any] | None = None) -> optax.GradientTransformation:
+    """The workloads' optimizer in optax, at learning rate 1 (the backend
+    multiplies the updates by the scheduled rate, as torch's LambdaLR does):
 
-    kind = type(optimizer)
-    lrs = {g["lr"] for g in optimizer.param_groups}
-    if len(lrs) != 1:
-        raise ValueError(f"parameter groups with different learning rates ({sorted(lrs)}) are not ported to JAX")
-    transforms: dict[str, optax.GradientTransformation] = {}
-    labels: dict[str, str] = {}
-    for i, group in enumerate(optimizer.param_groups):
-        wd = float(group.get("weight_decay", 0.0))
-        if kind is torch.optim.SGD:
-            if group.get("nesterov") or group.get("dampening", 0.0):
-                raise ValueError("SGD with nesterov or dampening is not ported to JAX")
-            parts = [optax.add_decayed_weights(wd)] if wd else []
-            parts.append(optax.sgd(1.0, momentum=group["momentum"] or None))
-            tx = optax.chain(*parts)
-        elif kind is torch.optim.AdamW:
-            b1, b2 = group["betas"]
-            tx = optax.adamw(1.0, b1=b1, b2=b2, eps=group["eps"], weight_decay=wd)
-        elif kind is torch.optim.Adam and not wd:
-            b1, b2 = group["betas"]
-            tx = optax.adam(1.0, b1=b1, b2=b2, eps=group["eps"])
-        else:
-            raise ValueError(f"optimizer {kind.__name__} (with these settings) is not ported to JAX")
-        transforms[f"group{i}"] = tx
-        for p in group["params"]:
-            labels[names[id(p)]] = f"group{i}"
-    return optax.multi_transform(transforms, labels), lrs.pop()
+    - SGD: L2 weight decay added to the gradient, then heavy-ball momentum,
+      as ``torch.optim.SGD(momentum=m, weight_decay=wd)``;
+    - AdamW: decoupled decay, ``p -= lr * (adam + wd * p)``, as ``torch.optim.AdamW``.
+
+    ``decay_mask(params)`` picks the decayed parameters (GPT: matrices and
+    embeddings only); None decays all of them."""
+    wd = float(params.weight_decay)
+    if params.optimizer == "adamw":
+        b1, b2 = getattr(params, "betas", ADAM_BETAS)
+        return optax.adamw(1.0, b1=b1, b2=b2, eps=ADAM_EPS, weight_decay=wd, mask=decay_mask)
+    parts = [optax.add_decayed_weights(wd, mask=decay_mask)] if wd else []
+    parts.append(optax.sgd(1.0, momentum=params.momentum or None))
+    return optax.chain(*parts)
 
 
 # --------------------------------------------------------------------------- layers
@@ -174,29 +168,21 @@ def cross_entropy(logits, y):
 # --------------------------------------------------------------------------- resnet
 
 
-def resnet_from_torch(task: TorchTask) -> JaxTask:
-    from torch import nn
+def resnet_task(prepared: ResNetPrepared) -> JaxTask:
+    """The resnet workload's network (a ``resnet.Layout``) in JAX."""
+    from ampcert.workloads.resnet import EVAL_CHUNK
 
-    from ampcert.workloads.resnet import BasicBlock, ResNet
-
-    model = task.model
-    if not isinstance(model, ResNet):
-        raise TypeError(f"expected the resnet workload's ResNet, got {type(model).__name__}")
-    imagenet_stem = len(model.stem) == 4
-    stem_stride = model.stem[0].stride[0]
-    stem_pad = model.stem[0].padding[0]
-    blocks = []
-    for i, block in enumerate(model.stages):
-        assert isinstance(block, BasicBlock)
-        blocks.append((f"stages.{i}", block.conv1.stride[0], not isinstance(block.shortcut, nn.Identity)))
+    net = prepared.layout
+    assert net is not None
+    blocks = [(b.name, b.stride, b.projected) for b in net.blocks]
 
     def apply(p, s, x, train: bool):
         new_s: dict[str, jax.Array] = {}
-        x = conv2d(x, p["stem.0.weight"], stem_stride, stem_pad)
+        x = conv2d(x, p["stem.0.weight"], net.stem_stride, net.stem_padding)
         x, ns = batch_norm(x, p, s, "stem.1", train)
         new_s |= ns
         x = jax.nn.relu(x)
-        if imagenet_stem:
+        if net.imagenet_stem:
             x = lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 3, 3), (1, 1, 2, 2),
                                   [(0, 0), (0, 0), (1, 1), (1, 1)])
         for name, stride, projected in blocks:
@@ -217,29 +203,26 @@ def resnet_from_torch(task: TorchTask) -> JaxTask:
         return logits, ({**s, **new_s} if train else s)
 
     def evaluate(predict, x, y) -> float:
-        from ampcert.workloads.resnet import EVAL_CHUNK
-
         correct = 0
         for i in range(0, len(x), EVAL_CHUNK):
             logits = np.asarray(predict(x[i:i + EVAL_CHUNK]))
             correct += int((logits.argmax(axis=1) == y[i:i + EVAL_CHUNK]).sum())
         return correct / len(x)
 
-    return _task(task, apply, evaluate)
+    return _task(prepared, apply, evaluate, sgd_or_adamw(prepared.params))
 
 
 # --------------------------------------------------------------------------- gpt
 
 
-def gpt_from_torch(task: TorchTask) -> JaxTask:
-    from ampcert.workloads.gpt import EVAL_TOKENS_PER_CHUNK, GPT
+def gpt_task(prepared: GPTPrepared) -> JaxTask:
+    """The gpt workload's network (shape from its params) in JAX."""
+    from ampcert.workloads import gpt
 
-    model = task.model
-    if not isinstance(model, GPT):
-        raise TypeError(f"expected the gpt workload's GPT, got {type(model).__name__}")
-    if model.drop.p > 0:
+    params = prepared.params
+    if params.dropout > 0:
         raise ValueError("dropout > 0 is not ported to the JAX GPT; use dropout: 0")
-    n_layer, n_head = len(model.blocks), model.blocks[0].attn.n_head
+    n_layer, n_head = params.n_layer, params.n_head
 
     def attention(x, p, name):
         B, T, C = x.shape
@@ -264,7 +247,7 @@ def gpt_from_torch(task: TorchTask) -> JaxTask:
         return x @ p["tok_emb.weight"].T, s  # the head is tied to the embedding
 
     def evaluate(predict, x, y) -> float:
-        rows = max(1, EVAL_TOKENS_PER_CHUNK // max(1, x.shape[1]))
+        rows = max(1, gpt.EVAL_TOKENS_PER_CHUNK // max(1, x.shape[1]))
         total = 0.0
         for i in range(0, len(x), rows):
             logits = np.asarray(predict(x[i:i + rows])).astype(np.float32)
@@ -276,36 +259,23 @@ def gpt_from_torch(task: TorchTask) -> JaxTask:
             total += float((lse - target).sum())
         return total / y.size / math.log(2)
 
-    return _task(task, apply, evaluate)
+    def matrices(tree):  # decayed: matrices and embeddings, not biases or LayerNorm gains
+        return jax.tree_util.tree_map(lambda a: a.ndim >= 2, tree)
+
+    return _task(prepared, apply, evaluate, sgd_or_adamw(params, decay_mask=matrices))
 
 
 # --------------------------------------------------------------------------- common
 
 
-def _task(task: TorchTask, apply, evaluate) -> JaxTask:
-    model = task.model
-    named = dict(model.named_parameters())  # tied weights appear once
-    names = {id(t): n for n, t in named.items()}
-    params = {n: to_jax(t) for n, t in named.items()}
-    state = {n: to_jax(t) for n, t in model.named_buffers() if not n.endswith("num_batches_tracked")}
-    optimizer, base_lr = optimizer_from_torch(task.make_optimizer(model.parameters()), names)
-    augment = None
-    if task.augment is not None:
-        import torch
-
-        torch_augment = task.augment
-
-        def augment(x, y, step):  # the torch twin's own augmentation, on numpy batches
-            ax, ay = torch_augment(torch.from_numpy(x), torch.from_numpy(y), step)
-            return ax.numpy(), ay.numpy()
-
+def _task(prepared: Prepared, apply, evaluate, optimizer: optax.GradientTransformation) -> JaxTask:
+    weights = prepared.weights
+    params = {n: jnp.asarray(a) for n, a in weights.params.items()}
+    state = {n: jnp.asarray(a) for n, a in weights.buffers.items()}
     return JaxTask(params=params, state=state, apply=apply, loss_fn=cross_entropy, evaluate=evaluate,
-                   optimizer=optimizer, base_lr=base_lr,
-                   train_x=task.train_x.cpu().numpy(), train_y=task.train_y.cpu().numpy(),
-                   eval_x=task.eval_x.cpu().numpy(), eval_y=task.eval_y.cpu().numpy(),
-                   batch_size=task.batch_size, lr_lambda=task.lr_lambda, augment=augment,
-                   data_note=task.data_note, data_info=task.data_info, torch_task=task,
-                   info={"parameters": int(sum(np.prod(v.shape) for v in params.values()))})
-
-
-CONVERTERS: dict[str, Callable[[TorchTask], JaxTask]] = {"resnet": resnet_from_torch, "gpt": gpt_from_torch}
+                   optimizer=optimizer, base_lr=float(prepared.params.lr),
+                   train_x=prepared.train_x, train_y=prepared.train_y,
+                   eval_x=prepared.eval_x, eval_y=prepared.eval_y,
+                   batch_size=prepared.batch_size, lr_lambda=prepared.lr_lambda, augment=prepared.augment,
+                   data_note=prepared.data_note, data_info=prepared.data_info,
+                   info={"parameters": weights.count()})

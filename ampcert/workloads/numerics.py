@@ -21,16 +21,20 @@ normally in fp32 and bf16:
 
 ``suites/numerics.yaml`` runs both with the default rule pack, with and
 without loss scaling, and shows the verdicts.
+
+The models' starting weights are torch's default initialisation drawn with
+numpy (:mod:`ampcert.workloads.init`); ``build`` imports torch only to make
+the task, so listing these workloads needs no framework.
 """
 
 from __future__ import annotations
 
-import torch
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
-from torch import nn
 
-from ampcert.workloads.base import Budget, TorchTask
-from ampcert.workloads.digits import EVAL_FRACTION, SPLIT_SEED, accuracy, load_digits_tensors
+from ampcert.workloads.base import Budget, Prepared, TorchTask
+from ampcert.workloads.digits import fixed_split, load_digits_arrays
+from ampcert.workloads.init import Initialiser, Weights
 
 
 class UnderflowParams(BaseModel):
@@ -58,12 +62,23 @@ class OverflowParams(BaseModel):
     target: float = Field(0.9, ge=0, le=1)
 
 
-def _split():
-    x, y = load_digits_tensors()
-    x = x.reshape(len(x), -1)  # raw pixels in [0, 1], flattened
-    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(SPLIT_SEED))
-    n_eval = int(len(x) * EVAL_FRACTION)
-    return x[order[n_eval:]], y[order[n_eval:]], x[order[:n_eval]], y[order[:n_eval]]
+def underflow_weights(params: UnderflowParams, seed: int) -> Weights:
+    """``Sequential(Linear(64, hidden), ReLU, Linear(hidden, 10))``, torch's defaults."""
+    init = Initialiser(seed)
+    init.linear("0", 64, params.hidden)
+    init.linear("2", params.hidden, 10)
+    return init.weights
+
+
+def overflow_weights(params: OverflowParams, seed: int) -> Weights:
+    """``Sequential(Linear(64, hidden), LayerNorm, ReLU, Linear(hidden, 10))``,
+    torch's defaults, the first layer's weights times ``weight_gain``."""
+    init = Initialiser(seed)
+    init.linear("0", 64, params.hidden)
+    init.weights.params["0.weight"] *= np.float32(params.weight_gain)
+    init.layer_norm("1", params.hidden)
+    init.linear("3", params.hidden, 10)
+    return init.weights
 
 
 class _Numerics:
@@ -73,18 +88,13 @@ class _Numerics:
     def default_budget(self, params) -> Budget:
         return Budget(target=params.target, max_steps=params.max_steps, eval_every=25)
 
-    def _task(self, model, params, device, loss_fn, lr, note, scale_x: float = 1.0) -> TorchTask:
-        tx, ty, ex, ey = _split()
-
-        def make_optimizer(parameters):
-            return torch.optim.SGD(parameters, lr=lr, momentum=params.momentum)
-
-        return TorchTask(
-            model=model.to(device), train_x=(tx * scale_x).to(device), train_y=ty.to(device),
-            eval_x=(ex * scale_x).to(device), eval_y=ey.to(device), batch_size=params.batch_size,
-            loss_fn=loss_fn, make_optimizer=make_optimizer, evaluate=accuracy,
-            data_note=f"sklearn load_digits, flattened: {len(tx)} train / {len(ex)} eval; {note}",
-        )
+    def _prepare(self, params, weights: Weights, note: str, scale_x: float = 1.0) -> Prepared:
+        x, y = load_digits_arrays()
+        x = x.reshape(len(x), -1) * np.float32(scale_x)  # raw pixels in [0, 1] (times the gain), flattened
+        tx, ty, ex, ey = fixed_split(x, y)
+        return Prepared(params=params, weights=weights, train_x=tx, train_y=ty, eval_x=ex, eval_y=ey,
+                        batch_size=params.batch_size,
+                        data_note=f"sklearn load_digits, flattened: {len(tx)} train / {len(ex)} eval; {note}")
 
 
 class UnderflowWorkload(_Numerics):
@@ -92,15 +102,14 @@ class UnderflowWorkload(_Numerics):
     summary = "digits MLP whose gradients underflow fp16 without loss scaling (loss x 2**-20, lr / 2**-20)"
     Params = UnderflowParams
 
-    def build(self, params: UnderflowParams, seed: int, device: str) -> TorchTask:
-        model = nn.Sequential(nn.Linear(64, params.hidden), nn.ReLU(), nn.Linear(params.hidden, 10))
+    def prepare(self, params: UnderflowParams, seed: int) -> Prepared:
         gain = params.loss_gain
+        return self._prepare(params, underflow_weights(params, seed), f"loss x {gain:g}, learning rate / {gain:g}")
 
-        def loss_fn(logits, y):
-            return nn.functional.cross_entropy(logits, y) * gain
+    def build(self, params: UnderflowParams, seed: int, device: str) -> TorchTask:
+        from ampcert.workloads import torch_models
 
-        return self._task(model, params, device, loss_fn, params.lr / gain,
-                          f"loss x {gain:g}, learning rate / {gain:g}")
+        return torch_models.underflow_task(self.prepare(params, seed), device)
 
 
 class OverflowWorkload(_Numerics):
@@ -108,14 +117,15 @@ class OverflowWorkload(_Numerics):
     summary = "digits MLP whose first-layer activations overflow fp16 (large inputs and weights, then LayerNorm)"
     Params = OverflowParams
 
+    def prepare(self, params: OverflowParams, seed: int) -> Prepared:
+        return self._prepare(params, overflow_weights(params, seed),
+                             f"inputs x {params.input_gain:g}, first-layer weights x {params.weight_gain:g}",
+                             scale_x=params.input_gain)
+
     def build(self, params: OverflowParams, seed: int, device: str) -> TorchTask:
-        model = nn.Sequential(nn.Linear(64, params.hidden), nn.LayerNorm(params.hidden), nn.ReLU(),
-                              nn.Linear(params.hidden, 10))
-        with torch.no_grad():
-            model[0].weight.mul_(params.weight_gain)
-        return self._task(model, params, device, nn.functional.cross_entropy, params.lr,
-                          f"inputs x {params.input_gain:g}, first-layer weights x {params.weight_gain:g}",
-                          scale_x=params.input_gain)
+        from ampcert.workloads import torch_models
+
+        return torch_models.overflow_task(self.prepare(params, seed), device)
 
 
 UNDERFLOW = UnderflowWorkload()

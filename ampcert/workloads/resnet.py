@@ -6,12 +6,16 @@ BatchNorm, with ReLU, and an identity or 1x1-projection shortcut), global
 average pooling and a linear head. Each stage after the first halves the
 resolution and doubles the width. Images of 64 px or less get the CIFAR
 stem (one 3x3 stride-1 convolution); larger ones get the ImageNet stem
-(7x7 stride-2 convolution and a 3x3 max-pool). The last BatchNorm of each
-block starts at zero, so every block starts as the identity, and global
-pooling is a mean (``AdaptiveAvgPool2d``'s CUDA backward has no
-deterministic kernel, and the harness trains with deterministic algorithms).
-BatchNorm, the softmax in the loss and the reductions are where reduced
-precision tends to hurt, which makes this a useful certification workload.
+(7x7 stride-2 convolution and a 3x3 max-pool). Global pooling is a mean
+(``AdaptiveAvgPool2d``'s CUDA backward has no deterministic kernel, and the
+harness trains with deterministic algorithms). Convolutions start from He
+initialisation (kaiming_normal, fan_out, ReLU gain), the head from torch's
+Linear default, BatchNorm at gain 1 and shift 0 except the last BatchNorm of
+each block, which starts at zero so every block starts as the identity: all
+drawn with numpy by :func:`initial_weights`, identical in torch and JAX for
+a seed. BatchNorm, the softmax in the loss and the reductions are where
+reduced precision tends to hurt, which makes this a useful certification
+workload.
 
 Data (see :mod:`ampcert.workloads.images`), chosen with ``data``:
 
@@ -24,9 +28,11 @@ Images are normalised per channel with the mean and standard deviation of
 the training split. With ``augment`` (default on), each training batch gets
 a random crop from a zero-padded image (padding ``image_size // 8``: 4 px
 for CIFAR, 1 px for digits) and, except for digits (a flipped digit is a
-different symbol, or none), a random horizontal flip. The randomness comes
-from a generator seeded by (seed, step), so a step's batch is identical in
-every precision and on every rerun; the global RNG is never touched.
+different symbol, or none), a random horizontal flip. The random offsets and
+flips come from ``rng.stream(seed, "augment", step)`` (numpy), so a step's
+batch is identical in every precision, on every rerun and in both backends
+(torch moves the pixels on its device, JAX's loop in numpy: the same crop);
+no global generator is touched.
 
 Sizes pick defaults; any explicit param overrides them, and the filled-in
 values are what the run records (and what its run id hashes). Budgets are
@@ -63,19 +69,24 @@ to suit your data.
 
 The learning rate warms up linearly over ``warmup_steps`` and then follows
 a cosine from 1x down to 0.1x of ``lr`` at ``max_steps``, where it stays.
+
+This module is framework-free (numpy): params, budgets, data, the network's
+:class:`Layout`, its initial weights and the augmentation live here, and
+``build`` / ``build_jax`` import torch or JAX only to make the model
+(:mod:`~ampcert.workloads.torch_models`, :mod:`~ampcert.workloads.jax_models`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
-import torch
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
-from torch import nn
 
-from ampcert.workloads import images
-from ampcert.workloads.base import Budget, DataError, TorchTask, warmup_cosine
+from ampcert.workloads import images, rng
+from ampcert.workloads.base import Budget, DataError, Prepared, TorchTask, warmup_cosine
+from ampcert.workloads.init import Initialiser, Weights
 
 Size = Literal["tiny", "small", "base"]
 
@@ -168,110 +179,125 @@ class ResNetParams(BaseModel):
         return self
 
 
-class BasicBlock(nn.Module):
-    """Two 3x3 conv-BN layers with ReLU and a shortcut (identity, or a
-    strided 1x1 conv-BN projection when the shape changes)."""
-
-    def __init__(self, cin: int, cout: int, stride: int):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.shortcut: nn.Module = nn.Identity()
-        if stride != 1 or cin != cout:
-            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False),
-                                          nn.BatchNorm2d(cout))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = torch.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return torch.relu(out + self.shortcut(x))
+# -- the network, framework-free ------------------------------------------------------
 
 
-class ResNet(nn.Module):
-    """Stem, ``len(blocks)`` stages of BasicBlocks (``width * 2**i`` channels,
+@dataclass(frozen=True)
+class Block:
+    """One BasicBlock: two 3x3 conv-BN layers with ReLU and a shortcut, an
+    identity or (when the shape changes) a strided 1x1 conv-BN projection."""
+
+    name: str  # "stages.<i>", as torch names it
+    cin: int
+    cout: int
+    stride: int
+
+    @property
+    def projected(self) -> bool:
+        return self.stride != 1 or self.cin != self.cout
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The network's shape, which both frameworks build from: the stem,
+    ``len(blocks)`` BasicBlocks (``width * 2**i`` channels per stage,
     stride 2 from the second stage on), global mean pool, linear head."""
 
-    def __init__(self, blocks: Sequence[int], width: int, classes: int, in_channels: int = 3,
-                 image_size: int = 32):
-        super().__init__()
-        if image_size > LARGE_INPUT:
-            self.stem = nn.Sequential(
-                nn.Conv2d(in_channels, width, 7, stride=2, padding=3, bias=False),
-                nn.BatchNorm2d(width), nn.ReLU(), nn.MaxPool2d(3, stride=2, padding=1))
-        else:
-            self.stem = nn.Sequential(nn.Conv2d(in_channels, width, 3, padding=1, bias=False),
-                                      nn.BatchNorm2d(width), nn.ReLU())
-        layers: list[nn.Module] = []
-        cin = width
-        for i, n in enumerate(blocks):
-            cout = width * 2**i
-            for j in range(n):
-                layers.append(BasicBlock(cin, cout, stride=2 if (i > 0 and j == 0) else 1))
-                cin = cout
-        self.stages = nn.Sequential(*layers)
-        self.head = nn.Linear(cin, classes)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-        for m in self.modules():
-            if isinstance(m, BasicBlock):
-                nn.init.zeros_(m.bn2.weight)  # each block starts as the identity
+    in_channels: int
+    classes: int
+    width: int
+    imagenet_stem: bool  # 7x7 stride-2 convolution and a 3x3 stride-2 max-pool
+    blocks: tuple[Block, ...]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stages(self.stem(x))
-        return self.head(x.mean(dim=(2, 3)))
+    @property
+    def stem_kernel(self) -> int:
+        return 7 if self.imagenet_stem else 3
+
+    @property
+    def stem_stride(self) -> int:
+        return 2 if self.imagenet_stem else 1
+
+    @property
+    def stem_padding(self) -> int:
+        return self.stem_kernel // 2
+
+    @property
+    def features(self) -> int:
+        """Channels reaching the head."""
+        return self.blocks[-1].cout if self.blocks else self.width
 
 
-def build_model(params: ResNetParams, classes: int, in_channels: int, image_size: int) -> ResNet:
-    return ResNet(params.blocks, params.width, classes, in_channels, image_size)  # type: ignore[arg-type]
+def layout(params: ResNetParams, classes: int, in_channels: int, image_size: int) -> Layout:
+    blocks: list[Block] = []
+    cin = params.width
+    for i, n in enumerate(params.blocks):  # type: ignore[arg-type]
+        cout = params.width * 2**i  # type: ignore[operator]
+        for j in range(n):
+            blocks.append(Block(f"stages.{len(blocks)}", cin, cout, 2 if (i > 0 and j == 0) else 1))
+            cin = cout
+    return Layout(in_channels, classes, params.width, image_size > LARGE_INPUT, tuple(blocks))  # type: ignore[arg-type]
 
 
-def parameter_count(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
+def initial_weights(net: Layout, seed: int) -> Weights:
+    """The network's starting point, keyed by torch name (see the module doc)."""
+    init = Initialiser(seed)
+    init.conv("stem.0", net.in_channels, net.width, net.stem_kernel, bias=False, he_fan_out=True)
+    init.batch_norm("stem.1", net.width)
+    for b in net.blocks:
+        init.conv(f"{b.name}.conv1", b.cin, b.cout, 3, bias=False, he_fan_out=True)
+        init.batch_norm(f"{b.name}.bn1", b.cout)
+        init.conv(f"{b.name}.conv2", b.cout, b.cout, 3, bias=False, he_fan_out=True)
+        init.batch_norm(f"{b.name}.bn2", b.cout, gain=0.0)  # each block starts as the identity
+        if b.projected:
+            init.conv(f"{b.name}.shortcut.0", b.cin, b.cout, 1, bias=False, he_fan_out=True)
+            init.batch_norm(f"{b.name}.shortcut.1", b.cout)
+    init.linear("head", net.features, net.classes)
+    return init.weights
 
 
-def _generator(seed: int, step: int) -> torch.Generator:
-    # A fixed mix of (seed, step) into one 63-bit seed.
-    mixed = ((seed & 0xFFFFFFFF) * 0x9E3779B97F4A7C15 + step * 0xBF58476D1CE4E5B9 + 1) % (2**63)
-    return torch.Generator().manual_seed(mixed)
+# -- augmentation ----------------------------------------------------------------------
 
 
-def make_augment(seed: int, pad: int, flip: bool):
+@dataclass(frozen=True)
+class CropFlip:
     """``augment(x, y, step)``: a random crop of each zero-padded image
-    (offsets 0..2*pad on each axis) and, with ``flip``, a horizontal flip
-    with probability 1/2. Random numbers come from a CPU generator seeded by
-    (seed, step), so the result depends only on the inputs, seed and step."""
+    (offsets 0..2*pad on each axis) and, with ``flip``, a horizontal flip with
+    probability 1/2. The offsets and flips are :meth:`draws`, from
+    ``rng.stream(seed, "augment", step)``, so the result depends only on the
+    inputs, the seed and the step. Calling it works on numpy batches; the torch
+    backend applies the same draws with torch ops on its device
+    (``torch_models.TorchCropFlip``)."""
 
-    def augment(x: torch.Tensor, y: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    seed: int
+    pad: int
+    flip: bool
+
+    def draws(self, step: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Row offsets, column offsets (int64, 0..2*pad) and flips (bool) for n images."""
+        gen = rng.stream(self.seed, "augment", step)
+        span = 2 * self.pad + 1
+        return gen.integers(0, span, n), gen.integers(0, span, n), gen.random(n) < 0.5
+
+    def __call__(self, x: np.ndarray, y: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray]:
         n, c, h, w = x.shape
-        gen = _generator(seed, step)
-        oy = torch.randint(0, 2 * pad + 1, (n,), generator=gen)
-        ox = torch.randint(0, 2 * pad + 1, (n,), generator=gen)
-        flips = torch.rand(n, generator=gen) < 0.5
-        if pad > 0:
-            xp = nn.functional.pad(x, (pad, pad, pad, pad))
-            rows = (oy[:, None] + torch.arange(h)).to(x.device)  # (n, h)
-            cols = (ox[:, None] + torch.arange(w)).to(x.device)  # (n, w)
-            xp = xp.gather(2, rows[:, None, :, None].expand(n, c, h, w + 2 * pad))
-            x = xp.gather(3, cols[:, None, None, :].expand(n, c, h, w))
-        if flip:
-            x = torch.where(flips.to(x.device)[:, None, None, None], x.flip(3), x)
+        oy, ox, flips = self.draws(step, n)
+        if self.pad > 0:
+            p = self.pad
+            xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
+            rows = oy[:, None] + np.arange(h)  # (n, h)
+            cols = ox[:, None] + np.arange(w)  # (n, w)
+            x = xp[np.arange(n)[:, None, None, None], np.arange(c)[None, :, None, None],
+                   rows[:, None, :, None], cols[:, None, None, :]]
+        if self.flip:
+            x = np.where(flips[:, None, None, None], x[..., ::-1], x)
         return x, y
 
-    return augment
+
+def make_augment(seed: int, pad: int, flip: bool) -> CropFlip:
+    return CropFlip(seed, pad, flip)
 
 
-def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    correct = 0
-    for i in range(0, len(x), EVAL_CHUNK):
-        logits = model(x[i:i + EVAL_CHUNK])
-        correct += int((logits.argmax(dim=1) == y[i:i + EVAL_CHUNK]).sum())
-    return correct / len(x)
+# -- data ---------------------------------------------------------------------------------
 
 
 def load_data(params: ResNetParams) -> images.ImageData:
@@ -283,6 +309,22 @@ def load_data(params: ResNetParams) -> images.ImageData:
     return images.load_digits(params.max_train, params.max_eval)
 
 
+def normaliser(train_x: np.ndarray):
+    """``f(x)``: per-channel standardisation with the training split's mean and
+    (unbiased) standard deviation, computed in float64, floored at 1e-3."""
+    mean = train_x.mean(axis=(0, 2, 3), keepdims=True, dtype=np.float64)
+    std = np.maximum(train_x.std(axis=(0, 2, 3), keepdims=True, ddof=1, dtype=np.float64), 1e-3)
+    return lambda x: ((x - mean) / std).astype(np.float32)
+
+
+# -- the workload --------------------------------------------------------------------------
+
+
+@dataclass
+class ResNetPrepared(Prepared):
+    layout: Layout | None = None
+
+
 class ResNetWorkload:
     name = "resnet"
     summary = ("ResNet (BasicBlocks, BatchNorm) image classifier on digits (offline), "
@@ -291,47 +333,37 @@ class ResNetWorkload:
     higher_is_better = True
     Params = ResNetParams
 
-    def build(self, params: ResNetParams, seed: int, device: str) -> TorchTask:
+    def prepare(self, params: ResNetParams, seed: int) -> ResNetPrepared:
+        """Data (normalised), initial weights, augmentation and schedule: all
+        that the torch and the JAX task share."""
         data = load_data(params)
-        mean = data.train_x.mean(dim=(0, 2, 3), keepdim=True)
-        std = data.train_x.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-3)
-        # Data loading draws nothing from torch's global RNG, so the caller's
-        # seeding before build() decides the initial weights.
-        model = build_model(params, len(data.classes), data.channels, data.image_size)
-
-        def make_optimizer(parameters):
-            if params.optimizer == "adamw":
-                return torch.optim.AdamW(parameters, lr=params.lr, weight_decay=params.weight_decay)
-            return torch.optim.SGD(parameters, lr=params.lr, momentum=params.momentum,
-                                   weight_decay=params.weight_decay)
-
+        net = layout(params, len(data.classes), data.channels, data.image_size)
+        weights = initial_weights(net, seed)
+        normalise = normaliser(data.train_x)
         augment = None
         if params.augment:
             augment = make_augment(seed, pad=max(1, data.image_size // 8), flip=params.data != "digits")
         info = data.info()
-        info["parameters"] = parameter_count(model)
-        return TorchTask(
-            model=model.to(device),
-            train_x=((data.train_x - mean) / std).to(device),
-            train_y=data.train_y.to(device),
-            eval_x=((data.eval_x - mean) / std).to(device),
-            eval_y=data.eval_y.to(device),
+        info["parameters"] = weights.count()
+        return ResNetPrepared(
+            params=params, weights=weights, layout=net,
+            train_x=normalise(data.train_x), train_y=data.train_y,
+            eval_x=normalise(data.eval_x), eval_y=data.eval_y,
             batch_size=params.batch_size,  # type: ignore[arg-type]
-            loss_fn=nn.functional.cross_entropy,
-            make_optimizer=make_optimizer,
-            evaluate=accuracy,
-            data_note=data.note,
             lr_lambda=warmup_cosine(params.warmup_steps, params.max_steps),  # type: ignore[arg-type]
-            augment=augment,
-            data_info=info,
+            augment=augment, data_note=data.note, data_info=info,
         )
 
-    def build_jax(self, params, seed: int, device: str):
-        """The same task for the JAX backend: built in torch with this seed, then
-        converted (weights, data, optimizer; see ampcert.workloads.jax_models)."""
-        from ampcert.workloads.jax_models import resnet_from_torch
+    def build(self, params: ResNetParams, seed: int, device: str) -> TorchTask:
+        from ampcert.workloads import torch_models
 
-        return resnet_from_torch(self.build(params, seed, "cpu"))
+        return torch_models.resnet_task(self.prepare(params, seed), device)
+
+    def build_jax(self, params: ResNetParams, seed: int, device: str):
+        """The same task for the JAX backend, from the same :meth:`prepare`."""
+        from ampcert.workloads import jax_models
+
+        return jax_models.resnet_task(self.prepare(params, seed))
 
     def default_budget(self, params: ResNetParams) -> Budget:
         return Budget(target=params.target, max_steps=params.max_steps,  # type: ignore[arg-type]
@@ -349,5 +381,17 @@ class ResNetWorkload:
 
 WORKLOAD = ResNetWorkload()
 
-__all__ = ["WORKLOAD", "ResNet", "BasicBlock", "ResNetParams", "ResNetWorkload", "DataError",
-           "make_augment", "parameter_count"]
+# The torch network lives in torch_models; these names load it on first use.
+_TORCH_NAMES = ("ResNet", "BasicBlock", "build_model", "parameter_count", "accuracy")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TORCH_NAMES:
+        from ampcert.workloads import torch_models
+
+        return getattr(torch_models, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["WORKLOAD", "Block", "CropFlip", "DataError", "Layout", "ResNetParams", "ResNetWorkload",
+           "initial_weights", "layout", "make_augment"]

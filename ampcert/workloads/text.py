@@ -1,9 +1,10 @@
-"""Byte-level text corpora as in-memory tensors, for next-byte prediction.
+"""Byte-level text corpora as in-memory arrays, for next-byte prediction.
 
 A language model here reads raw bytes (a 256-symbol vocabulary), so any file
 is valid input and no tokenizer has to be trained, shipped or versioned. This
-module turns a corpus into the four tensors a :class:`~ampcert.workloads.base.TorchTask`
-carries, and checks cheaply, before any run starts, that it can.
+module turns a corpus into the training and evaluation windows both backends
+train on (numpy; no framework needed), and checks cheaply, before any run
+starts, that it can.
 
 Two sources:
 
@@ -29,11 +30,12 @@ to decode, and non-UTF-8 bytes are simply symbols), joined with
 Windowing (:func:`make_windows`): the first 90% of the bytes are for
 training, the last 10% for evaluation. A training sample is *every* offset
 ``i``: ``x = bytes[i : i+T]``, ``y = bytes[i+1 : i+T+1]``, so ``y`` is ``x``
-shifted by one. Those (N, T) int64 tensors are strided views of one byte
-tensor (``Tensor.unfold``), so they cost the corpus's size, not N*T; indexing
-them with a batch of indices copies only that batch. Evaluation windows do
-not overlap, are spread evenly over the eval split, and their number is
-capped so an evaluation costs the same whatever the corpus size.
+shifted by one. Those (N, T) int64 arrays are strided views of one byte
+array (``sliding_window_view``; in torch, ``Tensor.unfold`` of the same
+bytes), so they cost the corpus's size, not N*T; indexing them with a batch
+of indices copies only that batch. Evaluation windows do not overlap, are
+spread evenly over the eval split, and their number is capped so an
+evaluation costs the same whatever the corpus size.
 
 Every failure is a :class:`~ampcert.workloads.base.DataError` with one line,
 ``<path>: <problem>``.
@@ -49,7 +51,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
+import numpy as np
 
 from ampcert.workloads.base import DataError
 
@@ -297,24 +299,31 @@ def load_text(
 
 @dataclass
 class Windows:
-    """Next-byte prediction pairs: ``y[k]`` is ``x[k]`` shifted left by one byte."""
+    """Next-byte prediction pairs: ``train_y[k]`` is ``train_x[k]`` shifted left by one byte.
 
-    train_x: torch.Tensor  # (N_train, T) int64, a strided view (every offset)
-    train_y: torch.Tensor
-    eval_x: torch.Tensor   # (N_eval, T) int64, non-overlapping windows
-    eval_y: torch.Tensor
+    The training windows are views of ``train_bytes`` (one row per offset),
+    so a framework that wants them on a device moves the bytes once and makes
+    its own views there (torch: ``unfold``)."""
+
+    train_bytes: np.ndarray  # int64, the training split
+    seq_len: int
+    eval_x: np.ndarray  # (N_eval, T) int64, non-overlapping windows
+    eval_y: np.ndarray
     n_train_bytes: int
     n_eval_bytes: int
 
+    @property
+    def train_x(self) -> np.ndarray:
+        """(N_train, T) read-only view: row i is ``train_bytes[i : i+T]``."""
+        return np.lib.stride_tricks.sliding_window_view(self.train_bytes[:-1], self.seq_len)
 
-def make_windows(
-    data: bytes, seq_len: int, max_eval_windows: int, device: str | torch.device = "cpu",
-    where: object = "<corpus>",
-) -> Windows:
-    """Cut a corpus into training and evaluation windows (see the module doc).
+    @property
+    def train_y(self) -> np.ndarray:
+        return np.lib.stride_tricks.sliding_window_view(self.train_bytes[1:], self.seq_len)
 
-    The byte tensor is moved to ``device`` before the views are made, so the
-    device holds the corpus once, not N copies of it."""
+
+def make_windows(data: bytes, seq_len: int, max_eval_windows: int, where: object = "<corpus>") -> Windows:
+    """Cut a corpus into training and evaluation windows (see the module doc)."""
     need = min_corpus_bytes(seq_len)
     if len(data) < need:
         raise _error(
@@ -323,20 +332,16 @@ def make_windows(
         )
     if max_eval_windows < 1:
         raise ValueError("max_eval_windows must be at least 1")
-    all_bytes = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device=device, dtype=torch.int64)
+    all_bytes = np.frombuffer(data, dtype=np.uint8).astype(np.int64)
     cut = split_point(len(data))
     train, held = all_bytes[:cut], all_bytes[cut:]
-    # Offsets 0 .. len-T-1: x = train[i:i+T], y = train[i+1:i+T+1].
-    train_x = train[:-1].unfold(0, seq_len, 1)
-    train_y = train[1:].unfold(0, seq_len, 1)
     # Non-overlapping slots in the held-out bytes; pick up to the cap, evenly spaced.
     slots = (len(held) - 1) // seq_len
     n_eval = min(slots, max_eval_windows)
-    starts = (torch.arange(n_eval, dtype=torch.int64) * slots // n_eval) * seq_len
-    offsets = starts[:, None] + torch.arange(seq_len, dtype=torch.int64)[None, :]
-    offsets = offsets.to(held.device)
+    starts = (np.arange(n_eval, dtype=np.int64) * slots // n_eval) * seq_len
+    offsets = starts[:, None] + np.arange(seq_len, dtype=np.int64)[None, :]
     return Windows(
-        train_x=train_x, train_y=train_y,
-        eval_x=held[offsets].contiguous(), eval_y=held[offsets + 1].contiguous(),
+        train_bytes=train, seq_len=seq_len,
+        eval_x=held[offsets], eval_y=held[offsets + 1],
         n_train_bytes=cut, n_eval_bytes=len(held),
     )
