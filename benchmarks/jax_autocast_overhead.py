@@ -60,17 +60,14 @@ def main() -> None:
     import jax
     import jax.numpy as jnp
     import optax
-    import torch
 
     from ampcert.amp.jax import autocast
     from ampcert.amp.policy import OpPolicy
     from ampcert.workloads import gpt
 
-    torch.manual_seed(0)
     task = gpt.WORKLOAD.build_jax(gpt.GPTParams(size="tiny"), 0, "cpu")
-    tt = task.torch_task
-    x = jnp.asarray(tt.train_x[: tt.batch_size].numpy())
-    y = jnp.asarray(tt.train_y[: tt.batch_size].numpy())
+    x = jnp.asarray(task.train_x[: task.batch_size])
+    y = jnp.asarray(task.train_y[: task.batch_size])
     bf16 = jnp.bfloat16
 
     def loss_fp32(p, x, y):
