@@ -45,11 +45,11 @@ def test_unknown_gpu_has_no_datasheet_entry():
 
 def test_cpu_peak_is_measured_and_says_so():
     caps = probe("cpu", ["fp32", "bf16"])
-    assert caps["fp32"]["peak_source"].startswith("measured: 256x256 fp32 matmul")
+    assert caps["fp32"]["peak_source"].startswith("measured: 512x512 fp32 matmul")
     bf16 = caps["bf16"]
     assert bf16["peak_flops"] > 0
     if bf16["accelerated"]:
-        assert bf16["peak_source"].startswith("measured: 256x256 bf16 matmul")
+        assert bf16["peak_source"].startswith("measured: 512x512 bf16 matmul")
     else:  # emulated: measured against the fp32 units it runs on
         assert bf16["peak_flops"] == caps["fp32"]["peak_flops"]
         assert "bf16 has no native units here" in bf16["peak_source"]

@@ -39,7 +39,7 @@ def test_run_writes_results_logs_and_summary(tmp_path, write_suite):
         assert r.step_time.n == 30 and r.peak_memory.value > 0 and "RSS" in r.peak_memory.method
         assert r.phases.train_s > 0 and r.weights_sha256 and r.determinism["deterministic_algorithms"]
         assert r.flops_per_step > 0 and r.achieved_flops > 0 and r.mfu > 0
-        assert r.peak_flops.method.startswith("measured: 256x256 ")
+        assert r.peak_flops.method.startswith("measured: 512x512 ")
         assert 0 < r.data_share < 1
         events = list(mllog.read(ResultsDir(out).mllog_file(r.run_id)))
         keys = [e.key for e in events]

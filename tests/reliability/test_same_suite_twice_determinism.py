@@ -19,7 +19,7 @@ from ampcert.results import load
 TIMING_AND_TELEMETRY_FIELDS = [
     # when the plan was written
     "planned_at",
-    # the capability probe times a 256x256 matmul per precision when planning; its
+    # the capability probe times a 512x512 matmul per precision when planning; its
     # throughput, the speed-up it implies and the sentences that quote it
     "capabilities.*.measured_flops", "capabilities.*.peak_flops", "capabilities.*.speedup_vs_fp32",
     "capabilities.*.note", "capabilities.*.accelerated",
