@@ -101,7 +101,7 @@ _ALIASES: dict[str, str] = {
 }
 
 #: Op names (as policies and the audit spell them) that exist in only part of the
-#: supported torch range (the ``torch`` extra: >=2.11,<2.15), as ``(first release that
+#: supported torch range (the ``torch`` extra: >=2.13,<2.15), as ``(first release that
 #: has it, first release that lacks it)``, ``None`` for an open end. This is the one
 #: place that knows torch versions: the policies name every op of the range; an op the
 #: installed torch lacks is still a known name (a policy naming it loads everywhere),
