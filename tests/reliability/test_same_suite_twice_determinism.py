@@ -26,6 +26,11 @@ TIMING_AND_TELEMETRY_FIELDS = [
     "runs[*].spec.peak_flops", "runs[*].spec.capability_note", "runs[*].spec.accelerated",
     "runs[*].capability_note", "runs[*].accelerated", "runs[*].peak_flops.value",
     "table[*].capability_note", "table[*].accelerated", "not_measured[*].why",
+    # ... and what follows from that verdict: which peak MFU is measured against (the
+    # precision's own calibration where accelerated, fp32's where not) and whether its
+    # speed-up is listed as not measured
+    "capabilities.*.peak_source", "runs[*].spec.peak_source", "runs[*].peak_flops.method",
+    "methods.peak_flops[*]", "not_measured[*].what",
     # wall-clock stamps and durations of each run
     "runs[*].started_at", "runs[*].finished_at", "runs[*].wall_s",
     "runs[*].phases.startup_s", "runs[*].phases.build_s", "runs[*].phases.train_s", "runs[*].phases.eval_s",
