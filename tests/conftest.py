@@ -22,11 +22,24 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``ampcert ARGS`` in a subprocess; ``env`` is laid over :func:`cli_env`."""
     return subprocess.run(
         [sys.executable, "-m", "ampcert", *map(str, args)],
-        cwd=cwd or REPO, env=cli_env(), capture_output=True, text=True, timeout=timeout,
+        cwd=cwd or REPO, env=cli_env() | (env or {}), capture_output=True, text=True, timeout=timeout,
     )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    """Bad input as the CLI must report it: exit 2, no traceback, one ``ampcert: error:``
+    line on stderr holding every fragment."""
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ampcert: error: "), proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
 
 
 @pytest.fixture

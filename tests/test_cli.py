@@ -5,16 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import REPO, run_cli, snapshot
-
-
-def _assert_one_line_error(proc, *fragments: str) -> None:
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr + proc.stdout
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ampcert: error: "), proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0]
+from conftest import REPO, assert_one_line_error, run_cli, snapshot
 
 
 @pytest.mark.parametrize(
@@ -37,12 +28,12 @@ def test_bad_suite_is_one_line_exit_2_and_output_untouched(tmp_path, write_suite
     (out / "runs" / "r1" / "result.json").write_text('{"precious": true}')
     before = snapshot(out)
     proc = run_cli("run", write_suite(text), "--out", out)
-    _assert_one_line_error(proc, *fragments)
+    assert_one_line_error(proc, *fragments)
     assert snapshot(out) == before
 
 
 def test_missing_suite_file(tmp_path):
-    _assert_one_line_error(run_cli("run", tmp_path / "nope.yaml"), "nope.yaml", "not found")
+    assert_one_line_error(run_cli("run", tmp_path / "nope.yaml"), "nope.yaml", "not found")
 
 
 def test_refuses_non_empty_out_folder_and_keeps_it(tmp_path):
@@ -51,20 +42,20 @@ def test_refuses_non_empty_out_folder_and_keeps_it(tmp_path):
     (out / "summary.json").write_text("{}")
     before = snapshot(out)
     proc = run_cli("run", "suites/smoke.yaml", "--out", out)
-    _assert_one_line_error(proc, "not empty", "--resume")
+    assert_one_line_error(proc, "not empty", "--resume")
     assert snapshot(out) == before
 
 
 def test_unwritable_out_folder(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    _assert_one_line_error(run_cli("run", "suites/smoke.yaml", "--out", blocker / "sub"), "cannot write there")
+    assert_one_line_error(run_cli("run", "suites/smoke.yaml", "--out", blocker / "sub"), "cannot write there")
 
 
 def test_resume_needs_a_results_folder(tmp_path):
-    _assert_one_line_error(run_cli("run", "--resume", tmp_path / "nope"), "results folder not found")
-    _assert_one_line_error(run_cli("run", "--resume", tmp_path), "not an ampcert results folder")
-    _assert_one_line_error(run_cli("report", tmp_path), "no plan.json")
+    assert_one_line_error(run_cli("run", "--resume", tmp_path / "nope"), "results folder not found")
+    assert_one_line_error(run_cli("run", "--resume", tmp_path), "not an ampcert results folder")
+    assert_one_line_error(run_cli("report", tmp_path), "no plan.json")
 
 
 def test_dry_run_prints_the_matrix_and_writes_nothing(tmp_path):

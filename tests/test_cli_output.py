@@ -17,7 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import REPO, cli_env, run_cli
+from conftest import REPO, assert_one_line_error, cli_env, run_cli
 from rich.console import Console
 
 import ampcert
@@ -77,20 +77,6 @@ def folder(tmp_path_factory) -> Folder:
     return shared_folder(tmp_path_factory)
 
 
-def invoke(*args, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ampcert", *map(str, args)], cwd=cwd or REPO,
-                          env=cli_env() | (env or {}), capture_output=True, text=True, timeout=300)
-
-
-def one_line_error(proc, *fragments: str) -> None:
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stdout + proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ampcert: error: "), proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-
-
 # --------------------------------------------------------------------------- --version
 
 
@@ -120,7 +106,7 @@ def _table_commands(f: Folder, tmp: Path) -> dict[str, list]:
 def test_piped_tables_at_80_columns_are_plain_and_whole(folder, tmp_path):
     summary = json.loads((folder.root / "summary.json").read_text())
     for name, args in _table_commands(folder, tmp_path).items():
-        proc = invoke(*args, env={"COLUMNS": "80"})
+        proc = run_cli(*args, env={"COLUMNS": "80"})
         assert proc.returncode in (0, 1), (name, proc.stdout + proc.stderr)
         out = proc.stdout
         assert "…" not in out, (name, out)
@@ -137,7 +123,7 @@ def test_piped_tables_at_80_columns_are_plain_and_whole(folder, tmp_path):
             run_ids = [p.name for p in (folder.root / "runs").iterdir()]
             assert run_ids and all(run_id in out for run_id in run_ids), out  # run ids never cut
     # the summary's header is the full words it always was
-    header = next(line for line in invoke("report", folder.root, env={"COLUMNS": "80"}).stdout.splitlines()
+    header = next(line for line in run_cli("report", folder.root, env={"COLUMNS": "80"}).stdout.splitlines()
                   if line.startswith("workload"))
     assert header.split() == ["workload", "prec", "runs", "metric", "target", "samples/s", "speedup", "MFU",
                               "accel"] + (["note"] if any(g.get("note") for g in summary["groups"]) else [])
@@ -259,20 +245,20 @@ def test_every_table_command_prints_json(folder, tmp_path):
     }
     for name, (args, keys) in expect.items():
         flag = ["--json", "-"] if name in ("compare", "plan") else ["--json"]
-        proc = invoke(*args, *flag, cwd=tmp_path)
+        proc = run_cli(*args, *flag, cwd=tmp_path)
         assert proc.returncode in (0, 1), (name, proc.stdout + proc.stderr)
         data = json.loads(proc.stdout)  # stdout is the JSON and nothing else
         assert keys <= set(data), (name, sorted(data))
         assert not ANSI.search(proc.stdout)
     assert not (tmp_path / "-").exists()
-    summary = json.loads(invoke("report", folder.root, "--json").stdout)["summary"]
+    summary = json.loads(run_cli("report", folder.root, "--json").stdout)["summary"]
     assert summary == json.loads((folder.root / "summary.json").read_text())
 
 
 def test_json_to_a_file_still_works(folder, tmp_path):
     for args in (["compare", folder.root, folder.root], ["plan", folder.root, "--target-samples", "1000"]):
         out = tmp_path / f"{args[0]}.json"
-        proc = invoke(*args, "--json", out)
+        proc = run_cli(*args, "--json", out)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert json.loads(out.read_text()) and f"wrote {out}" in proc.stdout
 
@@ -281,11 +267,11 @@ def test_json_to_a_file_still_works(folder, tmp_path):
 
 
 def test_no_color_wins_over_force_color(folder):
-    forced = invoke("compare", folder.root, folder.root, env={"FORCE_COLOR": "1", "COLUMNS": "200"})
+    forced = run_cli("compare", folder.root, folder.root, env={"FORCE_COLOR": "1", "COLUMNS": "200"})
     assert ANSI.search(forced.stdout), "FORCE_COLOR alone colours (or this test proves nothing)"
     for args in (["compare", folder.root, folder.root], ["report", folder.root], ["list"],
                  ["certify", folder.root]):
-        proc = invoke(*args, env={"NO_COLOR": "1", "FORCE_COLOR": "1"})
+        proc = run_cli(*args, env={"NO_COLOR": "1", "FORCE_COLOR": "1"})
         assert proc.returncode in (0, 1), proc.stdout + proc.stderr
         assert not ANSI.search(proc.stdout + proc.stderr), (args, proc.stdout)
         assert not BOX & set(proc.stdout)  # and a pipe is not taken for a terminal
@@ -326,12 +312,12 @@ def test_show_prints_the_shipped_text_exactly(tmp_path):
     (["nosuchcommand"], ["nosuchcommand"]),
 ])
 def test_bad_input_is_one_line_exit_2(args, fragments):
-    one_line_error(run_cli(*args), *fragments)
+    assert_one_line_error(run_cli(*args), *fragments)
 
 
 def test_json_to_an_unwritable_file_is_one_line(folder, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    one_line_error(invoke("compare", folder.root, folder.root, "--json", blocker / "gate.json"), "cannot write")
-    one_line_error(invoke("plan", folder.root, "--target-samples", "10", "--json", blocker / "plan.json"),
+    assert_one_line_error(run_cli("compare", folder.root, folder.root, "--json", blocker / "gate.json"), "cannot write")
+    assert_one_line_error(run_cli("plan", folder.root, "--target-samples", "10", "--json", blocker / "plan.json"),
                    "cannot write")

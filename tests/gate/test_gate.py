@@ -25,7 +25,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import cli_env, run_cli
+from conftest import assert_one_line_error, cli_env, run_cli
 
 from ampcert import gate, plan, results
 from ampcert.errors import UserError
@@ -135,15 +135,6 @@ def _write_report(folder: Path, path: Path, suite_name: str | None = None, relab
     return path
 
 
-def _assert_one_line_error(proc, *fragments: str) -> None:
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr + proc.stdout
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ampcert: error: "), proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-
-
 # --------------------------------------------------------------------------- the gate
 
 
@@ -219,10 +210,10 @@ def test_report_json_compares_like_its_folder(folders, tmp_path):
 
 def test_mismatched_suites_and_bad_input_exit_2(folders, tmp_path):
     other = _write_report(folders["base3"], tmp_path / "other.json", suite_name="vision")
-    _assert_one_line_error(run_cli("compare", folders["base2"], other), "suites differ", "'gate'", "'vision'")
+    assert_one_line_error(run_cli("compare", folders["base2"], other), "suites differ", "'gate'", "'vision'")
     disjoint = _write_report(folders["base3"], tmp_path / "disjoint.json", relabel="resnet")
-    _assert_one_line_error(run_cli("compare", disjoint, folders["base2"]),
-                           "no common (workload, backend, precision)", "resnet/torch/fp32", "digits/torch/fp32")
+    assert_one_line_error(run_cli("compare", disjoint, folders["base2"]),
+                          "no common (workload, backend, precision)", "resnet/torch/fp32", "digits/torch/fp32")
     # the same, in-process, without a subprocess each
     bad_json = tmp_path / "bad.json"
     bad_json.write_text("{not json")
@@ -257,7 +248,7 @@ def test_gate_file_overrides_defaults(folders, tmp_path):
         bad.write_text(text)
         with pytest.raises(UserError, match=fragment.replace("(", r"\(")):
             gate.load_gate(bad)
-    _assert_one_line_error(run_cli("compare", folders["base2"], folders["base3"], "--gate", tmp_path / "no.yaml"),
+    assert_one_line_error(run_cli("compare", folders["base2"], folders["base3"], "--gate", tmp_path / "no.yaml"),
                            "no.yaml", "--gate")
 
 
@@ -388,4 +379,4 @@ def test_plan_cli_table_csv_and_pricing(folders, tmp_path):
         assert float(got["cost"]) == pytest.approx(want.gpu_hours * 1.25)
         assert got["energy_kwh"] == "" and got["energy_reason"]
     assert expected.rows[0].price_source.endswith("this machine (test prices)")
-    _assert_one_line_error(run_cli("plan", folders["base2"], "--target-samples", "0"), "--target-samples")
+    assert_one_line_error(run_cli("plan", folders["base2"], "--target-samples", "0"), "--target-samples")
