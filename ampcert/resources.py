@@ -50,7 +50,7 @@ def schema_path(name: str) -> Path:
     return _package_dir("schemas").joinpath(name)
 
 
-#: What ``ampcert show KIND NAME`` can print: kind -> (folder under configs/, names left out).
+#: What ``ampcert show KIND NAME`` can print: kind -> its folder under configs/ (path parts).
 #: ``mllog`` is a compliance rule file for ``ampcert check``, not a certification rule pack,
 #: but it is shipped data a user copies the same way, so it is listed with the rules.
 KINDS: dict[str, tuple[str, ...]] = {
