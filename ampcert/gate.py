@@ -92,7 +92,7 @@ class GateConfig(_Model):
 def _read_yaml_mapping(path: Path) -> tuple[dict[str, Any], bytes]:
     import yaml
 
-    from ampcert.spec import load_yaml, yaml_problem
+    from ampcert.configio import load_yaml, yaml_problem
 
     try:
         raw = path.read_bytes()
@@ -115,7 +115,7 @@ def _overlay(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 def load_gate(path: str | Path | None = None) -> GateConfig:
     """The shipped gate (configs/gate.yaml), with ``path`` laid over it if given."""
-    from ampcert.spec import validation_message
+    from ampcert.configio import validation_message
 
     data, raw = _read_yaml_mapping(GATE_FILE)
     source, digest = str(GATE_FILE), hashlib.sha256(raw).hexdigest()
@@ -162,7 +162,7 @@ class Source:
 
 def load_source(path: str | Path) -> Source:
     """A results folder or a report.json (``runs``, ``certificate``, ``suite``), as a Source."""
-    from ampcert.spec import validation_message
+    from ampcert.configio import validation_message
 
     p = Path(path)
     if p.is_dir():

@@ -72,7 +72,7 @@ class Pricing(_Model):
 
 def load_pricing(path: str | Path | None = None) -> Pricing:
     """A price table (default ``configs/pricing.yaml``); UserError with one line on any problem."""
-    from ampcert.spec import read_yaml, validation_message
+    from ampcert.configio import read_yaml, validation_message
 
     p = Path(path) if path is not None else PRICING_FILE
     data = read_yaml(p, "pricing file")

@@ -23,6 +23,7 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -36,6 +37,21 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 1
 Status = Literal["completed", "failed", "skipped"]
+
+
+class FailureKind(str, Enum):
+    """Why a run failed, as data: checks and the gate read this, never the message.
+
+    A non-finite loss or metric is a finding about the precision (fp16
+    without loss scaling is expected to produce one); the others say the run
+    could not produce evidence at all."""
+
+    NON_FINITE = "non_finite"      # the loss or the eval metric became inf/nan
+    BAD_INPUT = "bad_input"        # the run's own configuration was refused (UserError)
+    UNSUPPORTED = "unsupported"    # the workload or backend cannot run this combination
+    ERROR = "error"                # an exception in the training code
+    TIMEOUT = "timeout"            # the run exceeded its time limit and was stopped
+    WORKER_LOST = "worker_lost"    # the worker process died without writing a result
 
 
 class _Model(BaseModel):
@@ -86,6 +102,11 @@ class RunResult(_Model):
     spec: RunSpec
     status: Status
     reason: str | None = None
+    # Written only when set, so results recorded before the field existed
+    # render to the same report bytes; read it through ``failure_kind``.
+    failure: FailureKind | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="why a failed run failed (absent in results written before ampcert 0.2)")
     started_at: str | None = None
     finished_at: str | None = None
     wall_s: float | None = None
@@ -126,6 +147,23 @@ class RunResult(_Model):
     determinism: dict[str, Any] = Field(default_factory=dict)
     weights_sha256: str | None = None
     environment: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def failure_kind(self) -> FailureKind | None:
+        """Why this run failed (None unless it did)."""
+        if self.status != "failed":
+            return None
+        return self.failure if self.failure is not None else _legacy_failure_kind(self.reason or "")
+
+
+def _legacy_failure_kind(reason: str) -> FailureKind:
+    """The kind of a failure recorded before results carried one: read once
+    from the message those versions wrote (their exact wording, nothing looser)."""
+    if "non-finite" in reason or " is nan at step " in reason or " is inf at step " in reason:
+        return FailureKind.NON_FINITE
+    if reason.startswith("timeout: "):
+        return FailureKind.TIMEOUT
+    return FailureKind.ERROR
 
 
 # --------------------------------------------------------------------------- writes

@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
-from ampcert.amp.yamlio import YAML_MAX_DEPTH, YAML_MAX_VALUES, load_yaml, yaml_size_problem  # noqa: F401
+from ampcert.amp.precision import PRECISIONS, Precision  # noqa: F401 - re-exported for suite readers
+from ampcert.configio import canonical_json, read_yaml, validation_message
 from ampcert.errors import UserError
 
-Precision = Literal["fp32", "fp16", "bf16"]
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
 AmpImpl = Literal["native", "ampcert"]
 Device = Literal["auto", "cpu", "cuda"]
 Backend = Literal["torch", "jax"]
@@ -244,71 +241,6 @@ class RunSpec(_Strict):
         digest = hashlib.sha256(canonical_json(self.identity()).encode()).hexdigest()[:8]
         rep = f"-r{self.repeat}" if self.repeat else ""
         return f"{self.label}-{self.precision}-{self.amp}-s{self.seed}{rep}-{digest}"
-
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def _field_path(loc: tuple[Any, ...], data: Any) -> str:
-    """`workloads[0].train.steps`, naming list items by their workload where possible."""
-    parts: list[str] = []
-    node = data
-    for key in loc:
-        if isinstance(key, int):
-            label = ""
-            if isinstance(node, list) and 0 <= key < len(node) and isinstance(node[key], dict):
-                label = node[key].get("id") or node[key].get("workload") or ""
-            parts.append(f"[{key}]" + (f"({label})" if label else ""))
-        else:
-            parts.append(("." if parts else "") + str(key))
-        try:
-            node = node[key]
-        except (KeyError, IndexError, TypeError):
-            node = None
-    return "".join(parts) or "(top level)"
-
-
-def validation_message(source: str, err: ValidationError, data: Any) -> str:
-    """One line for the first problem pydantic found: file, field, expectation."""
-    first = err.errors()[0]
-    where = _field_path(tuple(first["loc"]), data)
-    msg = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        msg = "unknown field"
-    elif first["type"] == "literal_error":
-        shown = repr(first.get("input"))
-        msg = f"got {shown if len(shown) <= 60 else shown[:57] + '...'}, {msg.lower()}"
-    more = len(err.errors()) - 1
-    suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
-    return f"{source}: {where}: {msg}{suffix}"
-
-
-def yaml_problem(exc: yaml.YAMLError) -> str:
-    """One line for a YAML error: the problem and, when known, its line."""
-    mark = getattr(exc, "problem_mark", None)
-    where = f" at line {mark.line + 1}" if mark is not None else ""
-    return " ".join(str(getattr(exc, "problem", None) or exc).split()) + where
-
-
-def read_yaml(path: str | Path, what: str = "file") -> Any:
-    """Parse a YAML file, turning every way it can fail into a UserError."""
-    p = Path(path)
-    if not p.exists():
-        raise UserError(f"{p}: {what} not found")
-    if p.is_dir():
-        raise UserError(f"{p}: expected a {what}, found a folder")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{p}: cannot read {what}: {exc}") from None
-    try:
-        return load_yaml(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UserError(f"{p}: malformed YAML{at}: {problem}") from None
 
 
 # What each backend imports to train, with the name a person would look for,

@@ -77,7 +77,7 @@ class Violation:
 
 
 def load_compliance_rules(path: str | Path | None = None) -> ComplianceRules:
-    from ampcert.spec import load_yaml, validation_message
+    from ampcert.configio import load_yaml, validation_message
 
     p = Path(path) if path else DEFAULT_RULES
     try:

@@ -28,12 +28,12 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ampcert.amp.precision import Precision
 from ampcert.errors import UserError
 from ampcert.resources import config_path, require_shipped
 
 RULES_DIR = config_path("rules")
 
-Precision = Literal["fp32", "fp16", "bf16"]
 
 
 class _Strict(BaseModel):
@@ -177,7 +177,7 @@ def shipped_rule_names() -> list[str]:
 def load_rules(ref: str | Path | None = None, base_dir: Path | None = None) -> RulePack:
     """A rule pack from a path or a shipped name (``default``, ``procurement``);
     raises UserError with one line on any problem."""
-    from ampcert.spec import load_yaml, validation_message, yaml_problem
+    from ampcert.configio import load_yaml, validation_message, yaml_problem
 
     text = str(ref or "default")
     candidates = []

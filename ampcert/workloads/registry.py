@@ -94,7 +94,7 @@ def validate_entry(entry: WorkloadEntry, where: str) -> None:
     try:
         params = workload.Params.model_validate(entry.params)
     except ValidationError as err:
-        from ampcert.spec import validation_message
+        from ampcert.configio import validation_message
 
         raise UserError(validation_message(f"{where}.params", err, entry.params)) from None
     check = getattr(workload, "check", None)
