@@ -4,4 +4,6 @@ The AMP engine lives in :mod:`ampcert.amp` and is usable on its own; the
 harness (spec -> runner -> results -> report) is driven by the ``ampcert`` CLI.
 """
 
-__version__ = "0.1.0"
+from ampcert.version import __version__
+
+__all__ = ["__version__"]

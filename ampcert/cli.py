@@ -35,7 +35,7 @@ def _setup_output(as_json: bool = False) -> None:
 
 def _version(value: bool) -> None:
     if value:
-        from ampcert import __version__
+        from ampcert.version import __version__
 
         sys.stdout.write(f"ampcert {__version__}\n")
         raise typer.Exit()

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ampcert import __version__
+from ampcert.version import __version__
 from ampcert.certify.checks import Certificate
 from ampcert.plan import CapacityPlan, capacity_plan
 from ampcert.resources import schema_path

@@ -38,7 +38,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from ampcert import __version__
+from ampcert.version import __version__
 from ampcert.errors import UserError
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"

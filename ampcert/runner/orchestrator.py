@@ -33,7 +33,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-from ampcert import __version__
+from ampcert.version import __version__
 from ampcert.errors import UserError
 from ampcert.results import ResultsDir, RunResult, atomic_write_json, atomic_write_text
 from ampcert.runner.procs import alive as _alive
