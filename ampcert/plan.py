@@ -34,13 +34,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ampcert.aggregate import REFERENCE, group_runs, reference_key
 from ampcert.errors import UserError
 from ampcert.resources import config_path
 from ampcert.results import RunResult
 
 PRICING_FILE = config_path("pricing.yaml")
 J_PER_KWH = 3.6e6
-REFERENCE = "fp32"
 
 
 class _Model(BaseModel):
@@ -161,13 +161,12 @@ def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
     if price_per_gpu_hour is not None and not price_per_gpu_hour > 0:
         raise UserError(f"--price-per-gpu-hour: expected a positive price, got {price_per_gpu_hour}")
     table = pricing if isinstance(pricing, Pricing) else load_pricing(pricing)
-    groups: dict[tuple[str, str, str, str], list[RunResult]] = defaultdict(list)
-    for r in runs:
-        if (r.spec.repeat or 0) == 0 and r.status != "skipped":
-            groups[(r.spec.label, r.spec.backend, r.spec.amp, r.spec.precision)].append(r)
+    # The groups of every view (ampcert.aggregate); a plan projects from medians and
+    # slowest-to-fastest ranges, so its figures are its own, its rows are the table's.
+    groups = group_runs(runs, skipped=False)
     n, k = target_samples, gpus
     rows: list[PlanRow] = []
-    for (workload, backend, amp, precision), members in sorted(groups.items()):
+    for (workload, backend, amp, precision), members in sorted(groups.items()):  # report.json's order
         done = [r for r in members if r.status == "completed"]
         first = (done or members)[0]
         device = str((first.environment or {}).get("device_name") or first.spec.device)
@@ -202,9 +201,9 @@ def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
             energy_method=measured.get("method"), energy_reason=reason, price_per_gpu_hour=price,
             price_source=source, cost=cost, cost_range=cost_rng, cost_reason=cost_reason,
         ))
-    ref = {(r.workload, r.backend, r.amp): r for r in rows if r.precision == REFERENCE}
+    ref = {(r.workload, r.backend, r.amp, r.precision): r for r in rows if r.precision == REFERENCE}
     for i, row in enumerate(rows):
-        fp32 = ref.get((row.workload, row.backend, row.amp))
+        fp32 = ref.get(reference_key((row.workload, row.backend, row.amp, row.precision)))
         if fp32 is None or row is fp32:
             continue
         rows[i] = row.model_copy(update={

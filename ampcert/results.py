@@ -336,41 +336,6 @@ def _energy(r: RunResult, key: str) -> float | None:
     return energy.get(key)
 
 
-# --------------------------------------------------------------------------- comparability
-
-GroupKey = tuple[str, str, str, str]  # (workload label, backend, amp, precision)
-
-
-def capped_groups(runs: list[RunResult]) -> dict[GroupKey, int]:
-    """The groups trained on a smaller step budget than FP32's, with their step cap.
-
-    A suite with ``unaccelerated: cap`` trains a precision the device does not
-    accelerate for fewer steps than FP32, to keep the suite short. Its final
-    metric then answers another question ("where is it after 30 steps?"), so
-    every view (console table, summary, report, certificate) marks such a
-    group :func:`not_comparable` instead of setting its metric beside FP32's
-    as if it were a parity result. Decided from the stored budgets alone, so
-    a folder reads the same way whoever renders it.
-    """
-    reference: dict[tuple[str, str, str], set[str]] = {}
-    for r in runs:
-        if r.spec.precision == "fp32":
-            reference.setdefault((r.spec.label, r.spec.backend, r.spec.amp), set()).add(r.spec.train.model_dump_json())
-    capped: dict[GroupKey, int] = {}
-    for r in runs:
-        budgets = reference.get((r.spec.label, r.spec.backend, r.spec.amp))
-        if r.spec.precision == "fp32" or not budgets or r.spec.train.model_dump_json() in budgets:
-            continue
-        key = (r.spec.label, r.spec.backend, r.spec.amp, r.spec.precision)
-        capped[key] = max(capped.get(key, 0), r.spec.train.step_limit)
-    return capped
-
-
-def not_comparable(step_cap: int) -> str:
-    """The words every view uses for a capped group (see :func:`capped_groups`)."""
-    return f"not comparable (capped at {step_cap} steps)"
-
-
 def load(root: str | Path) -> ResultSet:
     """Load a results folder written by ``ampcert run``."""
     rd = ResultsDir(Path(root))

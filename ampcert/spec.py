@@ -303,11 +303,20 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
         suite = suite.model_copy(update={"policy": str(_policy_path(suite.policy, source))})
         load_op_policy(suite.policy, f"{source}: policy", framework=suite.backend)
     if suite.certify is not None:
-        from ampcert.certify.rules import load_rules
-
-        pack = load_rules(suite.certify, base_dir=Path(source).parent)
-        suite = suite.model_copy(update={"certify": pack.source})
+        # The rule pack itself is read by the planner (it sits above this
+        # layer); here only its path is fixed, as the suite's folder sees it.
+        suite = suite.model_copy(update={"certify": _rules_ref(suite.certify, source)})
     return suite
+
+
+def _rules_ref(ref: str, source: str) -> str:
+    """A relative rule-pack path is looked up beside the suite file, then from
+    the working folder; a bare name (``default``) is a shipped rule pack."""
+    if "/" not in ref and not ref.endswith((".yaml", ".yml")):
+        return ref
+    p = Path(ref).expanduser()
+    beside = Path(source).parent / p
+    return str(beside) if not p.is_absolute() and beside.is_file() else str(p)
 
 
 def _policy_path(ref: str, source: str) -> str | Path:
@@ -336,19 +345,17 @@ def load_suite(path: str | Path) -> Suite:
     return parse_suite(read_yaml(path, "suite file"), str(path))
 
 
-def expand(suite: Suite, device: Literal["cpu", "cuda"]) -> list[RunSpec]:
-    """The run matrix, in a stable order: workload entry, then precision, then seed."""
+def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, repeats: int = 0) -> list[RunSpec]:
+    """The run matrix, in a stable order: workload entry, then precision, then seed.
+
+    ``min_seeds`` and ``repeats`` are what the suite's rule pack needs (its
+    statistical checks need that many seeds; its determinism check reruns the
+    first seed ``repeats`` times): the planner reads the pack and passes them."""
     from ampcert.workloads import registry
 
     policy_sha256 = None
     if suite.amp == "ampcert":
         policy_sha256 = load_op_policy(suite.policy, "policy", device, suite.backend).effective_sha256
-    min_seeds, repeats = 1, 0
-    if suite.certify is not None:
-        from ampcert.certify.rules import load_rules
-
-        pack = load_rules(suite.certify)
-        min_seeds, repeats = pack.min_seeds(), pack.repeats()
     runs: list[RunSpec] = []
     for entry in suite.workloads:
         launch = _launch_fields(suite, entry)

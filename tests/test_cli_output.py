@@ -22,6 +22,7 @@ from rich.console import Console
 
 import ampcert
 from ampcert import cli, resources
+from ampcert.cli import views
 from ampcert.console import Col, fit_widths, plain_lines, print_table, vertical_lines
 
 SUITE = """\
@@ -140,7 +141,7 @@ def test_summary_notes_and_no_amp_column_in_process():
     old = cli.console
     cli.console = Console(file=buf, width=80, force_terminal=False)
     try:
-        cli._print_summary(SimpleNamespace(runs=[]), s)
+        views.print_summary(cli.console, SimpleNamespace(runs=[]), s)
     finally:
         cli.console = old
     out = buf.getvalue()

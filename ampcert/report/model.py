@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import statistics
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ampcert.version import __version__
+from ampcert.aggregate import aggregate
 from ampcert.certify.checks import Certificate
 from ampcert.plan import CapacityPlan, capacity_plan
 from ampcert.resources import schema_path
-from ampcert.results import ResultsDir, ResultSet, RunResult, capped_groups, not_comparable
+from ampcert.results import ResultsDir, ResultSet, RunResult
+from ampcert.version import __version__
 
 REPORT_SCHEMA_VERSION = 1
 PLAN_SAMPLES = 1_000_000  # the report's capacity section: per million training samples
@@ -108,54 +108,11 @@ class Report(_Model):
 # --------------------------------------------------------------------------- building
 
 
-def _mean(values: list[float]) -> float | None:
-    return statistics.fmean(values) if values else None
-
-
 def _table(runs: list[RunResult], cert: Certificate | None) -> list[PrecisionRow]:
-    groups: dict[tuple[str, str, str, str], list[RunResult]] = {}
-    for r in runs:
-        if r.spec.repeat == 0:
-            groups.setdefault((r.spec.label, r.spec.backend, r.spec.amp, r.spec.precision), []).append(r)
-    verdicts = {(s.subject.workload, s.subject.backend, s.subject.amp, s.subject.precision): s.status
-                for s in (cert.subjects if cert else [])}
-    capped = capped_groups(runs)
-    rows: list[PrecisionRow] = []
-    for key in sorted(groups, key=lambda k: (k[0], k[1], k[2], ["fp32", "bf16", "fp16"].index(k[3]))):
-        g = groups[key]
-        done = [r for r in g if r.status == "completed"]
-        metrics = [r.final_metric for r in done if r.final_metric is not None]
-        reached = [r for r in done if r.target_reached is not None]
-        speeds = [r.samples_per_s for r in done if r.samples_per_s]
-        first = g[0]
-        rows.append(PrecisionRow(
-            workload=key[0], backend=key[1], amp=key[2], precision=key[3], runs=len(g), completed=len(done),
-            failed=sum(r.status == "failed" for r in g), skipped=sum(r.status == "skipped" for r in g),
-            metric=first.metric, higher_is_better=first.higher_is_better,
-            final_metric_mean=_mean(metrics),
-            final_metric_std=statistics.stdev(metrics) if len(metrics) > 1 else None,
-            target=first.spec.train.target,
-            target_reached=f"{sum(bool(r.target_reached) for r in reached)}/{len(reached)}" if reached else None,
-            time_to_target_s_mean=_mean([r.time_to_target_s for r in done if r.time_to_target_s is not None]),
-            samples_per_s_mean=_mean(speeds),
-            mfu_mean=_mean([r.mfu for r in done if r.mfu is not None]),
-            peak_memory_bytes_mean=_mean([r.peak_memory.value for r in done
-                                          if r.peak_memory and r.peak_memory.value is not None]),
-            j_per_sample_mean=_mean([e for e in (_energy(r) for r in done) if e is not None]),
-            accelerated=all(r.accelerated for r in g), capability_note=first.capability_note,
-            comparability=not_comparable(capped[key]) if key in capped else None,
-            verdict=verdicts.get(key),
-        ))
-    fp32 = {(r.workload, r.backend, r.amp): r.samples_per_s_mean for r in rows if r.precision == "fp32"}
-    for row in rows:
-        base = fp32.get((row.workload, row.backend, row.amp))
-        if base and row.samples_per_s_mean:
-            row.speedup_vs_fp32 = row.samples_per_s_mean / base
-    return rows
-
-
-def _energy(r: RunResult) -> float | None:
-    return ((r.telemetry or {}).get("energy") or {}).get("train_j_per_sample")
+    """The aggregation every view shares (:mod:`ampcert.aggregate`), with each subject's verdict."""
+    verdicts = {s.subject.key(): s.status for s in (cert.subjects if cert else [])}
+    fields = set(PrecisionRow.model_fields) - {"verdict"}
+    return [PrecisionRow(**row.model_dump(include=fields), verdict=verdicts.get(row.key)) for row in aggregate(runs)]
 
 
 def _methods(runs: list[RunResult]) -> dict[str, list[str]]:

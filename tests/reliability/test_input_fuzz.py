@@ -348,7 +348,8 @@ def _results() -> list[RunResult]:
                          "train": {"steps": 4, "eval_every": 2}, "certify": "default",
                          "workloads": [{"workload": "digits"}]}, "t.yaml")
     out = []
-    for i, spec in enumerate(expand(suite, "cpu")):
+    pack = load_rules("default")
+    for i, spec in enumerate(expand(suite, "cpu", min_seeds=pack.min_seeds(), repeats=pack.repeats())):
         low = spec.precision != "fp32"
         out.append(RunResult(
             run_id=spec.run_id, spec=spec, status="completed", steps=4, train_samples=256, metric="accuracy",

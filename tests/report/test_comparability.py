@@ -9,7 +9,8 @@ from pathlib import Path
 from ampcert.certify import evaluate, load_rules
 from ampcert.report import summary
 from ampcert.report.model import _table
-from ampcert.results import EvalPoint, ResultSet, RunResult, capped_groups, not_comparable
+from ampcert.aggregate import capped_groups, not_comparable
+from ampcert.results import EvalPoint, ResultSet, RunResult
 from ampcert.spec import apply_capabilities, expand, parse_suite
 
 SLOW_BF16 = {"bf16": {"accelerated": False, "note": "bf16 not accelerated on cpu (0.05x fp32)"},

@@ -1,0 +1,365 @@
+"""The ``ampcert`` command line: parse, call one function of :mod:`ampcert.session`, print.
+
+Each command body maps its options onto a session call, prints the result
+through :mod:`ampcert.cli.views` and turns the outcome into an exit code: 0
+done, 1 a negative finding (a FAIL certificate, a regression, a violation,
+a failed run), 2 bad input (``ampcert: error: <one line>``, from UserError).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from ampcert import session
+from ampcert.cli import views
+from ampcert.console import make_console, print_json
+from ampcert.errors import UserError
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    help="Benchmark and certify automatic mixed precision training.",
+)
+# Messages and tables go to `console` (stdout), or to stderr when a command
+# prints JSON on stdout (--json); both are made again for each invocation,
+# for the streams and environment (NO_COLOR, COLUMNS) of that invocation.
+console = make_console()
+err_console = make_console(stderr=True)
+
+JSON_HELP = "print the data as JSON on stdout instead of the table (messages go to stderr)"
+
+
+def _setup_output(as_json: bool = False) -> None:
+    """Fresh consoles for this invocation; with --json, messages go to stderr."""
+    global console, err_console
+    err_console = make_console(stderr=True)
+    console = err_console if as_json else make_console()
+
+
+def _version(value: bool) -> None:
+    if value:
+        from ampcert.version import __version__
+
+        sys.stdout.write(f"ampcert {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="print the version and exit"),
+) -> None:
+    _setup_output()
+
+
+def _fail(message: str) -> None:
+    err_console.print(f"ampcert: error: {message}", markup=False, highlight=False, soft_wrap=True)
+    sys.exit(2)
+
+
+@app.command()
+def run(
+    suite: Path | None = typer.Argument(None, help="suite file (YAML)"),
+    out: Path | None = typer.Option(None, "--out", help="results folder (default reports/<suite>-<time>)"),
+    resume: Path | None = typer.Option(None, "--resume", help="finish an interrupted results folder"),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="with --resume: redo failed runs too"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="validate and print the run matrix only"),
+    sign_key: Path | None = typer.Option(None, "--sign-key", help="sign the report with this Ed25519 key"),
+    shard: str | None = typer.Option(None, "--shard", help="i/n: run only shard i of n (counted from 1: the runs "
+                                     "at plan positions i-1, i-1+n, ...); join the folders with `ampcert merge`"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary and certificate (with --dry-run: the "
+                                 "run matrix) as JSON on stdout; progress and messages go to stderr"),
+) -> None:
+    """Run a suite: every workload x precision x seed, each in its own process."""
+    _setup_output(as_json)
+    if resume is not None:
+        if suite is not None or out is not None:
+            raise UserError("--resume DIR continues that folder's own suite: give no SUITE or --out")
+        if shard is not None:
+            raise UserError("--resume DIR continues that folder's own shard: give no --shard")
+    elif suite is None:
+        raise UserError("give a SUITE file, or --resume DIR")
+    elif retry_failed:
+        raise UserError("--retry-failed goes with --resume DIR")
+    if dry_run:
+        if sign_key is not None:
+            session.check_key(sign_key)
+        planned = session.plan_resume(resume) if resume is not None else session.plan_suite(suite, shard=shard)
+        print_json(planned.to_json()) if as_json else views.print_plan(console, planned)
+        return
+    from ampcert.cli.progress import RunProgress
+
+    with RunProgress(console) as progress:
+        if resume is not None:
+            done = session.resume(resume, retry_failed=retry_failed, sign_key=sign_key, on_event=progress.handle)
+        else:
+            done = session.run_suite(suite, out, shard=shard, sign_key=sign_key, on_event=progress.handle)
+    _print_finished(done, as_json)
+    if not done.passed:
+        raise typer.Exit(1)
+
+
+def _print_finished(done: session.Finished, as_json: bool, folders: int = 0) -> None:
+    if as_json:
+        print_json(done.to_json())
+    if done.envelope is not None:
+        views.print_signed(console, err_console, done.envelope, done.warnings)
+    views.print_finished(console, done, as_json=as_json, folders=folders)
+
+
+@app.command()
+def merge(
+    out: Path = typer.Argument(..., help="the merged results folder to write (new or empty)"),
+    dirs: list[Path] = typer.Argument(..., help="results folders of the shards (`ampcert run --shard i/n`)"),
+    partial: bool = typer.Option(False, "--partial", help="merge even if some planned runs have no result"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary and certificate as JSON on stdout "
+                                 "instead of the table (messages go to stderr)"),
+) -> None:
+    """Join shard folders of one suite into one results folder (certified, if the suite says so).
+
+    Refuses folders of different suites (suite_sha256) or run matrices, and a run
+    with results in two folders. `ampcert certify`, `report` and `sign` then work on OUT."""
+    _setup_output(as_json)
+    _print_finished(session.merge(out, dirs, partial=partial), as_json, folders=len(dirs))
+
+
+@app.command()
+def certify(
+    results_dir: Path = typer.Argument(..., help="a results folder written by `ampcert run`"),
+    rules: str | None = typer.Option(None, "--rules", help="rule pack: shipped name (default, procurement) or file"),
+    strict: bool = typer.Option(False, "--strict", help="exit 1 on INCONCLUSIVE too"),
+    as_json: bool = typer.Option(False, "--json", help="print the certificate (as in verdicts.json) on stdout "
+                                 "instead of the table (messages go to stderr)"),
+) -> None:
+    """Re-evaluate stored results against a rule pack, without re-running anything.
+
+    Writes DIR/verdicts.json. Exit 0 when no required rule FAILs (and, with
+    --strict, none is INCONCLUSIVE), 1 otherwise, 2 on bad input."""
+    _setup_output(as_json)
+    done = session.certify(results_dir, rules)
+    cert, verdicts = done.certificate, done.root / "verdicts.json"
+    assert cert is not None
+    if as_json:
+        print_json(cert)
+        console.print(f"verdicts: {verdicts}", markup=False, soft_wrap=True)
+    else:
+        views.print_certificate(console, cert, verdicts)
+    if (results_dir / "report.dsse.json").exists():
+        console.print("note: report.json/report.html were re-rendered; sign them again "
+                      f"(ampcert sign {results_dir} --key KEY)", markup=False, soft_wrap=True)
+    if cert.status == "FAIL" or (strict and cert.status == "INCONCLUSIVE"):
+        raise typer.Exit(1)
+
+
+@app.command()
+def check(
+    logs: list[Path] = typer.Argument(..., help="MLLOG files (run.mllog), or results folders"),
+    rules: Path | None = typer.Option(None, "--rules", help="compliance rule file (default configs/rules/mllog.yaml)"),
+    as_json: bool = typer.Option(False, "--json", help="print the logs and their violations as JSON on stdout "
+                                 "(messages go to stderr)"),
+) -> None:
+    """Check MLLOG logs against declarative compliance rules; print every violation as file:line.
+
+    Exit 0 when every log complies, 1 when any violation is found, 2 on bad input."""
+    _setup_output(as_json)
+    checked = session.check_logs(logs, rules)
+    print_json(checked.to_json()) if as_json else views.print_violations(console, checked)
+    console.print(f"{len(checked.logs)} log(s) checked against {checked.rules.name}: "
+                  f"{checked.violations} violation(s)", markup=False)
+    if checked.violations:
+        raise typer.Exit(1)
+
+
+@app.command("list")
+def list_cmd(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+    """Workloads, suites, precisions, and the shipped policies and rule packs (`ampcert show KIND NAME`)."""
+    _setup_output(as_json)
+    data = session.catalog()
+    print_json(data) if as_json else views.print_catalog(console, data)
+
+
+@app.command()
+def show(
+    kind: str | None = typer.Argument(None, help="policy or rules", show_default=False),
+    name: str | None = typer.Argument(None, help="a shipped name (`ampcert list` names them)", show_default=False),
+) -> None:
+    """Print a shipped policy or rule pack exactly as shipped, to copy and edit:
+    `ampcert show policy torch-cpu > my-policy.yaml`, then `--policy my-policy.yaml`."""
+    sys.stdout.write(session.shipped_text(kind, name))
+    sys.stdout.flush()
+
+
+@app.command()
+def env(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """The environment fingerprint: Python, frameworks, CUDA, GPUs, CPU and its flags."""
+    fp = session.environment()
+    print_json(fp) if as_json else views.print_environment(console, fp)
+
+
+@app.command()
+def report(
+    results: Path = typer.Argument(..., help="results folder written by `ampcert run`"),
+    csv: Path | None = typer.Option(None, "--csv", help="also write one row per run to this CSV file"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary (as in summary.json) on stdout "
+                                 "instead of the table (messages go to stderr)"),
+) -> None:
+    """Re-render the summary and report.json/report.html from stored results (same bytes every time)."""
+    _setup_output(as_json)
+    done = session.report(results, csv=csv)
+    if as_json:
+        print_json({"results": str(results), "summary": done.summary})
+    else:
+        views.print_summary(console, done.results, done.summary)
+    console.print(f"wrote {results / 'summary.json'}, {done.report_json} and {done.report_html}",
+                  markup=False, soft_wrap=True)
+    if csv is not None:
+        console.print(f"wrote {csv}", markup=False)
+
+
+@app.command()
+def keygen(
+    key: Path = typer.Argument(..., help="private key file to write (KEY; the public key goes to KEY.pub)"),
+    force: bool = typer.Option(False, "--force", help="overwrite an existing key pair"),
+) -> None:
+    """Write an Ed25519 key pair for signing reports (private key mode 0600)."""
+    private, public, keyid = session.keygen(key, force=force)
+    console.print(f"private key: {private} (mode 600, keep it secret)\npublic key:  {public} "
+                  f"(keyid {keyid})", markup=False, soft_wrap=True)
+
+
+@app.command()
+def sign(
+    results: Path = typer.Argument(..., help="results folder with report.json and report.html"),
+    key: Path = typer.Option(..., "--key", help="Ed25519 private key (from `ampcert keygen`)"),
+) -> None:
+    """Sign report.json and report.html: writes report.dsse.json (DSSE, in-toto Statement v1)."""
+    envelope, warnings = session.sign(results, key)
+    views.print_signed(console, err_console, envelope, warnings)
+
+
+@app.command()
+def verify(
+    envelope: Path = typer.Argument(..., help="report.dsse.json (its subject files must sit beside it)"),
+    pubkey: Path = typer.Option(..., "--pubkey", help="the signer's Ed25519 public key (KEY.pub)"),
+) -> None:
+    """Verify a signed report offline: signature, payload type and the digest of every subject file.
+
+    Exit 0 when everything verifies, 1 on any mismatch (with the reason), 2 on bad input."""
+    try:
+        result = session.verify(envelope, pubkey)
+    except session.NotVerified as exc:
+        err_console.print(f"ampcert: NOT VERIFIED: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    views.print_verified(console, result)
+
+
+@app.command()
+def audit(
+    backend: str = typer.Option("torch", "--backend", help="framework to audit: torch or jax"),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
+    policy: str | None = typer.Option(None, "--policy", help="policy file or shipped name (default: the device's shipped policy)"),
+    dtype: str | None = typer.Option(None, "--dtype", help="bf16 or fp16 (default: bf16 on cpu, fp16 on cuda)"),
+    as_json: bool = typer.Option(False, "--json", help="print the audit rows as JSON on stdout instead of the "
+                                 "tables (messages go to stderr)"),
+) -> None:
+    """Compare ampcert's autocast with native torch.autocast, op by op, on real tensors.
+
+    Exits 1 when a shipped (native-mirroring) policy disagrees with native, so
+    CI catches a torch upgrade that changed autocast's lists; a user policy's
+    intended differences are listed, not failed. With --backend jax: each
+    primitive's operand dtypes and each nested region against the policy.
+    Exits 2 on bad input."""
+    _setup_output(as_json)
+    if backend not in ("torch", "jax"):
+        raise UserError(f"--backend: expected torch or jax, got {backend!r}")
+    result = session.audit_jax(policy, dtype) if backend == "jax" else session.audit_torch(device, policy, dtype)
+    views.print_audit(console, result)
+    print_json(result.to_json()) if as_json else views.print_audit_tables(console, result)
+    views.print_audit_verdict(console, result)
+    if not result.passed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def compare(
+    baseline: Path = typer.Argument(..., help="the baseline: a report.json or a results folder"),
+    new: Path = typer.Argument(..., help="the candidate: a report.json or a results folder"),
+    gate_file: Path | None = typer.Option(None, "--gate", help="gate settings laid over configs/gate.yaml"),
+    json_out: Path | None = typer.Option(None, "--json", help="write the full result as JSON to this file; "
+                                         "`--json -` prints it on stdout instead of the table (messages go to stderr)"),
+    markdown: Path | None = typer.Option(None, "--markdown", help="write a Markdown summary (a CI job summary)"),
+) -> None:
+    """Regression gate: NEW against BASELINE, per workload, backend, AMP and precision.
+
+    A metric regresses when it is worse by more than its threshold AND the change
+    is significant over the repeated samples (steps within runs, seeds across runs);
+    a verdict that FAILs now but did not before, or runs that fail now, regress too.
+    Exit 0: no regression; 1: regression; 2: bad input (e.g. different suites)."""
+    to_stdout = _is_stdout(json_out)
+    _setup_output(to_stdout)
+    result = session.compare(baseline, new, gate=gate_file)
+    print_json(result) if to_stdout else views.print_gate(console, result)
+    for path in session.write_gate_outputs(result, None if to_stdout else json_out, markdown):
+        console.print(f"wrote {path}", markup=False, soft_wrap=True)
+    if result.status == "FAIL":
+        raise typer.Exit(1)
+
+
+def _is_stdout(path: Path | None) -> bool:
+    """`--json -`: the JSON goes to stdout, not to a file named '-'."""
+    return path is not None and str(path) == "-"
+
+
+@app.command("plan")
+def plan_cmd(
+    report: Path = typer.Argument(..., help="a report.json or a results folder"),
+    target_samples: int = typer.Option(..., "--target-samples", help="training samples to plan for (N)"),
+    gpus: int = typer.Option(1, "--gpus", help="devices to spread them over (K); linear scaling assumed"),
+    price_per_gpu_hour: float | None = typer.Option(None, "--price-per-gpu-hour", help="overrides the pricing table"),
+    pricing: Path | None = typer.Option(None, "--pricing", help="price table (default configs/pricing.yaml)"),
+    csv: Path | None = typer.Option(None, "--csv", help="also write the plan as CSV"),
+    json_out: Path | None = typer.Option(None, "--json", help="also write the plan as JSON to this file; `--json -` "
+                                         "prints it on stdout instead of the table (messages go to stderr)"),
+) -> None:
+    """Capacity plan: wall time, GPU-hours, energy and cost of training N samples on K
+    devices in each precision, from measured throughput and energy per sample."""
+    to_stdout = _is_stdout(json_out)
+    _setup_output(to_stdout)
+    cap = session.capacity(report, target_samples, gpus=gpus, price_per_gpu_hour=price_per_gpu_hour,
+                           pricing=pricing)
+    print_json(cap.plan) if to_stdout else views.print_capacity(console, cap)
+    for note in cap.notes:
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+    for path in session.write_capacity(cap, csv=csv, json_path=None if to_stdout else json_out):
+        console.print(f"wrote {path}", markup=False)
+
+
+def _usage_error(exc: Exception) -> bool:
+    """click's (typer's) errors about the command line: a missing or extra argument, a bad option value."""
+    return any(k.__name__ == "ClickException" for k in type(exc).__mro__) and hasattr(exc, "format_message")
+
+
+def main() -> None:
+    try:
+        code = app(standalone_mode=False)
+    except UserError as exc:
+        _fail(str(exc))
+    except Exception as exc:
+        if not _usage_error(exc):
+            raise
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `ampcert` alone: the help is already printed
+            sys.exit(exc.exit_code)  # type: ignore[attr-defined]
+        ctx = getattr(exc, "ctx", None)
+        sub = ctx.command_path.removeprefix(ctx.find_root().info_name or "").strip() if ctx else ""
+        where = f"{sub}: " if sub else ""
+        hint = f" (see {ctx.command_path} --help)" if ctx else ""
+        err_console.print(f"ampcert: error: {where}{exc.format_message()}{hint}",  # type: ignore[attr-defined]
+                          markup=False, highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)  # type: ignore[attr-defined]
+    except KeyboardInterrupt:
+        code = 130
+    if code == 130:  # typer turns Ctrl-C into exit code 130
+        err_console.print("ampcert: interrupted; finished runs are kept (continue with --resume)")
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,293 @@
+"""How the CLI shows what the session API returns: tables, certificates, gate results.
+
+Presentation only: each function takes a result object and a console and
+prints it. Where a fitted table cannot be drawn (a narrow terminal, a pipe),
+``print_table`` falls back to plain whole lines that grep and CI logs keep.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from ampcert.console import Col, print_pairs, print_table
+
+STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow", "REGRESSION": "bold red",
+                "IMPROVED": "green"}
+
+
+def status_cell(status: str, bold: bool = False) -> tuple[str, str]:
+    style = STATUS_STYLE.get(status, "")
+    return status, (f"bold {style}" if bold and "bold" not in style else style).strip()
+
+
+def line(console: Console, text: str) -> None:
+    """One plain line: no markup, no highlighting, never cut."""
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def fmt(value: Any, digits: int = 4) -> str:
+    from ampcert.report.summary import fmt as summary_fmt
+
+    return summary_fmt(value, digits)
+
+
+# --------------------------------------------------------------------------- run, merge, report
+
+
+def print_plan(console: Console, planned) -> None:
+    """The run matrix of `ampcert run --dry-run`."""
+    plan, rows = planned.plan, planned.rows
+    if plan is not None:
+        console.print(f"suite {plan.suite.name}: {len(rows)} runs on {plan.device}", markup=False)
+        for precision, cap in plan.capabilities.items():
+            console.print(f"  {precision}: {cap['note']}", markup=False, soft_wrap=True)
+    # The run id names workload, precision, amp and seed: those columns go first when space is short.
+    cols = [Col("run_id"), Col("workload", spare=True), Col("prec", spare=True), Col("amp", spare=True),
+            Col("seed", "right", spare=True), Col("steps", "right"), Col("target", "right"), Col("note")]
+    table = [[r["run_id"], r["workload"], r["precision"], r["amp"], str(r["seed"]), str(r["steps"]),
+              "" if r["target"] is None else str(r["target"]), r["note"]] for r in rows]
+    print_table(console, cols, table, hide_blank=True)
+    if plan is not None and planned.shard:
+        console.print(f"shard {planned.shard['index']}/{planned.shard['count']}: {len(rows)} of "
+                      f"{planned.planned} runs", markup=False)
+
+
+def _samples_per_s(v) -> str:
+    return f"{v:,.0f}" if isinstance(v, float) and v >= 100 else fmt(v)
+
+
+def print_summary(console: Console, rs, s: dict) -> None:
+    """The per-group table of summary.json, then every run that did not complete."""
+    groups = s["groups"]
+    amps = {g["amp"] for g in groups}
+    backends = {g.get("backend") for g in groups}
+    one_amp, one_backend = len(amps) == 1, len(backends) <= 1
+    # A note (e.g. "not comparable (capped at 30 steps)") is a marker in the row, its text below the table.
+    notes: dict[str, str] = {}
+    for g in groups:
+        if g.get("note"):
+            notes.setdefault(g["note"], f"[{len(notes) + 1}]")
+    cols = [Col("workload")] + ([] if one_backend else [Col("backend")]) + ([] if one_amp else [Col("amp")]) + [
+        Col("prec"), Col("runs", "right"), Col("metric", "right"), Col("target", "right"),
+        Col("samples/s", "right"), Col("speedup", "right"), Col("MFU", "right"), Col("accel")] + (
+        [Col("note")] if notes else [])
+    rows = []
+    for g in groups:
+        rows.append([g["workload"]] + ([] if one_backend else [g["backend"]]) + ([] if one_amp else [g["amp"]]) + [
+            g["precision"], f"{g['completed']}/{g['runs']}", fmt(g["final_metric_mean"]), fmt(g["target_reached"]),
+            _samples_per_s(g["samples_per_s_mean"]), fmt(g["speedup_vs_fp32"], 3), fmt(g["mfu_mean"], 3),
+            "yes" if g["accelerated"] else ("NO", "bold red")] + ([notes.get(g.get("note") or "", "")] if notes else []))
+    title = f"suite {s['suite']}" + (f", amp {next(iter(amps))}" if one_amp else "")
+    print_table(console, cols, rows, title=title, footnotes=[f"{m} {text}" for text, m in notes.items()])
+    for r in rs.runs:
+        if r.status != "completed":
+            console.print(f"  {r.run_id}: {r.status}: {r.reason}", markup=False, soft_wrap=True)
+
+
+def print_certificate(console: Console, cert, verdicts_file) -> None:
+    from ampcert.certify import format_certificate
+
+    line(console, f"certificate: {cert.status}  (rules {cert.rules['name']}, sha256 {cert.rules['sha256'][:12]})")
+    rows = []
+    for s in cert.subjects:
+        rows.append([status_cell(s.status, bold=True), str(s.subject), ""])
+        for v in cert.verdicts:
+            if v.subject.key() == s.subject.key():
+                rows.append([status_cell(v.status), f"  {v.rule}" + ("" if v.required else " (advisory)"), v.summary])
+    # Where the table does not fit: the certificate's own indented text, whole lines.
+    print_table(console, [Col("status"), Col("subject / rule"), Col("finding")], rows,
+                fallback=format_certificate(cert).splitlines()[1:])
+    console.print(f"verdicts: {verdicts_file}", markup=False, soft_wrap=True)
+
+
+def print_finished(console: Console, done, *, as_json: bool, folders: int = 0) -> None:
+    """What run, resume and merge print after the runs: table, report, certificate, folder."""
+    from ampcert.results import ResultsDir
+
+    if not as_json:
+        print_summary(console, done.results, done.summary)
+    if done.merged is not None:
+        m = done.merged
+        console.print(f"merged {m['merged']} of {m['runs']} runs from {folders} folders into {done.root}"
+                      + (f"; {len(m['missing'])} without a result" if m["missing"] else ""), markup=False)
+    console.print(f"report: {done.report_html}", markup=False)
+    if done.certificate is not None and not as_json:
+        print_certificate(console, done.certificate, ResultsDir(done.root).verdicts_file)
+    console.print(f"results: {done.root}  (summary: {ResultsDir(done.root).summary_html})", markup=False)
+    if done.shard:
+        console.print(f"shard {done.shard['index']}/{done.shard['count']}: {done.ran} of {done.planned} runs; "
+                      "join the shards' folders with `ampcert merge OUT DIR...`"
+                      + (" and certify there" if done.certify_later else ""), markup=False, soft_wrap=True)
+
+
+def print_signed(console: Console, err_console: Console, envelope, warnings: list[str]) -> None:
+    for w in warnings:
+        err_console.print(f"ampcert: warning: {w}", markup=False, soft_wrap=True)
+    console.print(f"signed: {envelope}", markup=False, soft_wrap=True)
+
+
+def print_verified(console: Console, result) -> None:
+    line(console, f"verified: DSSE signature by key {result.keyid} over {result.payload_type}")
+    for name, digest in result.subjects:
+        line(console, f"verified: {name} sha256 {digest}")
+    pred = result.predicate
+    line(console, f"statement: suite {pred.get('suite', {}).get('name')} "
+                  f"(sha256 {str(pred.get('suite', {}).get('sha256'))[:16]}…), verdict {pred.get('verdict')}, "
+                  f"tool {pred.get('tool', {}).get('name')} {pred.get('tool', {}).get('version')}")
+
+
+# --------------------------------------------------------------------------- list, env
+
+
+def _heading(console: Console, text: str) -> None:
+    console.print(Text(text, style="bold"), soft_wrap=True)
+
+
+def print_catalog(console: Console, data: dict[str, Any]) -> None:
+    workloads = data["workloads"]
+    _heading(console, "workloads")
+    print_table(console, [Col("name"), Col("metric"), Col("summary")],
+                [[w["name"], w["metric"], w["summary"]] for w in workloads],
+                fallback=[f"  {w['name']:12} {w['summary']} (metric: {w['metric']})" for w in workloads])
+    _heading(console, "suites")
+    for path in data["suites"] or ["(no suites/*.yaml in this folder)"]:
+        console.print(f"  {path}", markup=False, highlight=False)
+    _heading(console, "precisions")
+    console.print("  " + ", ".join(data["precisions"]), markup=False, highlight=False)
+    _heading(console, "policies (ampcert show policy NAME)")
+    console.print("  " + ", ".join(data["policies"]), markup=False, highlight=False)
+    _heading(console, "rule packs (ampcert show rules NAME)")
+    console.print("  " + ", ".join(data["rules"]), markup=False, highlight=False)
+
+
+def print_environment(console: Console, fp: dict[str, Any]) -> None:
+    cpu = fp["cpu"]
+    pairs = [("python", f"{fp['python']}  ({fp['platform']})"),
+             ("cpu", f"{cpu['model']}, {cpu['usable_cores']} usable of {cpu['logical_cores']} logical cores")]
+    if isinstance(cpu["flags"], dict):
+        pairs.append(("cpu flags", " ".join(f"{k}={'yes' if v else 'no'}" for k, v in cpu["flags"].items())))
+    gpu = fp["gpu"]
+    pairs.append(("cuda", f"torch build {gpu.get('torch_cuda')}, available: {gpu.get('cuda_available')}"))
+    for d in gpu.get("devices", []):
+        pairs.append((f"gpu {d['index']}", f"{d['name']} (sm {d['capability']}, {d['memory_bytes'] / 2**30:.1f} GiB)"))
+    pairs.append(("driver", str(gpu.get("driver") or gpu.get("nvml"))))
+    pairs.append(("packages", " ".join(f"{k}={v}" for k, v in fp["packages"].items() if v)))
+    print_pairs(console, pairs)
+
+
+# --------------------------------------------------------------------------- audit, check
+
+
+def print_audit(console: Console, audit) -> None:
+    """The audit tables; then, for a user policy, the ops where it differs from native on purpose."""
+    p = audit.policy
+    line(console, f"policy {p.name} ({p.source}), sha256 {p.sha256[:16]}..., {audit.framework} {audit.version}, "
+                  f"{'device' if audit.framework == 'torch' else 'backend'} {audit.where}")
+
+
+def print_audit_tables(console: Console, audit) -> None:
+    if audit.framework == "torch":
+        from ampcert.amp.audit import format_coverage, format_table
+
+        rows = audit.rows
+        table = format_table(rows).splitlines()  # the plain layout where a fitted table cannot be drawn
+        print_table(console, [Col("op"), Col("family"), Col("agree"), Col("ampcert"), Col("native"), Col("note")],
+                    [[r.op, r.family, "yes" if r.agree else ("NO", "bold red"), r.ampcert_dtype, r.native_dtype,
+                      r.note] for r in rows], fallback=table[:-1], hide_blank=True)
+        line(console, table[-1])
+        print_table(console, [Col("family"), Col("ops", "right"), Col("audited", "right"), Col("agree", "right"),
+                              Col("native", "right"), Col("covered", "right"), Col("missing")],
+                    [[fam, str(c["ops"]), str(c["audited"]), str(c["agree"]), str(c["native"]), str(c["covered"]),
+                      ", ".join(c["missing"])] for fam, c in audit.coverage.items()],
+                    fallback=format_coverage(rows, audit.where, audit.policy).splitlines(), hide_blank=True)
+        return
+    from ampcert.amp.jax.audit import format_jax_table, format_region_table
+
+    print_table(console, [Col("primitive"), Col("family"), Col("operands (observed)"), Col("expected"),
+                          Col("err/max|ref|", "right"), Col("agree"), Col("note")],
+                [[r.op, r.family, r.observed, r.expected,
+                  f"{r.max_rel_err:.2e}" if r.max_rel_err is not None else "-",
+                  "yes" if r.agree else ("NO", "bold red"), r.note] for r in audit.rows],
+                fallback=format_jax_table(audit.rows).splitlines(), hide_blank=True)
+    print_table(console, [Col("nested region"), Col("rewritten"), Col("matmul operands inside"), Col("note")],
+                [[r.region, "yes" if r.rewritten else ("NO", "bold red"), r.matmul_dtypes, r.note]
+                 for r in audit.regions],
+                fallback=format_region_table(audit.regions).splitlines(), hide_blank=True)
+
+
+def print_audit_verdict(console: Console, audit) -> None:
+    bad = audit.disagreements
+    if audit.framework == "jax":
+        if bad:
+            console.print(f"autocast disagrees with the policy on: {', '.join(bad)}", markup=False)
+        else:
+            console.print(f"all {len(audit.rows)} primitives and {len(audit.regions)} region kinds as the policy says",
+                          markup=False)
+    elif bad and not audit.shipped:
+        # A user policy differs from native on purpose; the table shows where.
+        console.print(f"{len(bad)} op(s) differ from native torch.autocast, as this policy "
+                      f"chooses: {', '.join(bad)}", markup=False)
+    elif bad:
+        console.print(f"the shipped policy disagrees with torch {audit.version}'s autocast on: "
+                      f"{', '.join(bad)}", markup=False)
+
+
+def print_violations(console: Console, checked) -> None:
+    # One line per violation, as compilers print them: editors and grep read these.
+    for _, violations in checked.logs:
+        for v in violations:
+            line(console, str(v))
+
+
+# --------------------------------------------------------------------------- compare, plan
+
+
+def print_gate(console: Console, result) -> None:
+    from ampcert import gate
+
+    b, c = result.baseline, result.candidate
+    for name, side in (("baseline ", b), ("candidate", c)):
+        cert = f", certificate {side.certificate}" if side.certificate else ""
+        line(console, f"{name} {side.path} ({side.kind}, suite {side.suite}, {side.runs} runs, "
+                      f"{', '.join(side.devices)}{cert})")
+    # Short headers for a terminal; the Markdown summary keeps gate.HEADERS.
+    headers = {"n": "n", "threshold": "limit"}
+    right = {"baseline", "candidate", "n", "change", "threshold"}
+    cols = [Col(headers.get(k, k), "right" if k in right else "left") for k in gate.COLUMNS]
+    rows = [[row[k] for k in gate.COLUMNS[:-1]] + [status_cell(row["status"])] for row in gate.table_rows(result)]
+    print_table(console, cols, rows, hide_blank=True,
+                title=f"regression gate {result.gate['name']}: worse beyond the threshold AND significant",
+                footnotes=["n: runs x samples per run, baseline / candidate; limit: worse by more than this "
+                           "is a regression if significant"] if rows else [])
+    for v in result.verdict_changes:
+        tag = "REGRESSION " if v.regression else ""
+        what = f"rule {v.rule}" if v.rule else "certificate"
+        line(console, f"{tag}{v.subject}: {what} {v.baseline} -> {v.candidate}" + (f": {v.summary}" if v.rule else ""))
+    for f in result.run_failures:
+        line(console, f"{'REGRESSION ' if f.regression else ''}{f.subject}: {f.candidate_failed}/{f.runs} run(s) "
+                      f"failed (baseline {f.baseline_failed}): {'; '.join(f.reasons)}")
+    tests = gate.tests_used(result)
+    if tests:
+        line(console, "tests: " + "; ".join(tests))
+    for note in result.notes:
+        line(console, f"note: {note}")
+    if result.status == "FAIL":
+        console.print(f"[bold red]FAIL[/]: {len(result.regressions)} regression(s)", soft_wrap=True)
+        for text in result.regressions:
+            line(console, f"  {text}")
+    else:
+        console.print("[bold green]PASS[/]: no regression", soft_wrap=True)
+
+
+def print_capacity(console: Console, cap) -> None:
+    cp, rows = cap.plan, cap.rows
+    devices = sorted({row["device"] for row in rows})
+    columns = [k for k in rows[0] if k != "device" or len(devices) > 1]
+    right = {"seeds", "samples/s", "wall time", "GPU-hours", "energy kWh", f"cost {cp.currency}"}
+    print_table(console, [Col(k, "right" if k in right else "left") for k in columns],
+                [[row[k] for k in columns] for row in rows],
+                title=f"suite {cap.suite}: {cp.target_samples:,} samples on {cp.gpus} x "
+                      f"{devices[0] if len(devices) == 1 else 'device'}; ranges: slowest to fastest seed")

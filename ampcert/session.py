@@ -1,0 +1,549 @@
+"""The session API: what each ``ampcert`` command does, as functions over folders.
+
+The CLI parses its arguments, calls one function here and prints what it
+returns; a notebook or another program calls the same functions::
+
+    import ampcert
+
+    done = ampcert.run_suite("suites/smoke.yaml", out="reports/smoke")
+    print(done.certificate.status if done.certificate else done.summary["counts"])
+
+Every command that leaves a results folder behind ends in :func:`finish`
+(certify with the rule pack if there is one, write summary.json/html and
+report.json/html, sign if a key is given), under the folder's lock, so run,
+resume, merge, certify and report cannot drift apart. Bad input raises
+:class:`ampcert.errors.UserError` (one line) before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ampcert.errors import UserError
+
+if TYPE_CHECKING:
+    from ampcert.certify.checks import Certificate
+    from ampcert.certify.compliance import ComplianceRules, Violation
+    from ampcert.gate import GateResult
+    from ampcert.plan import CapacityPlan
+    from ampcert.report.sign import Verified
+    from ampcert.results import ResultSet, RunResult
+    from ampcert.runner.orchestrator import Plan
+
+Event = dict[str, Any]
+OnEvent = Callable[[Event], None]
+
+__all__ = [
+    "Finished", "NotVerified", "PlannedRuns", "audit_jax", "audit_torch", "capacity", "catalog", "certify", "check_key", "check_logs",
+    "compare", "environment", "finish", "keygen", "merge", "plan_resume", "plan_suite", "report", "resume",
+    "run_suite", "shipped_text", "sign", "verify",
+]
+
+
+# --------------------------------------------------------------------------- results folders
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A results folder brought up to date: what it holds and what was written."""
+
+    root: Path
+    results: ResultSet
+    summary: dict[str, Any]
+    report_json: Path
+    report_html: Path
+    certificate: Certificate | None = None
+    envelope: Path | None = None
+    warnings: list[str] = field(default_factory=list)
+    # Set by run/resume: the shard this folder holds, the runs planned in the whole
+    # suite and run here, and whether certification waits for `merge`.
+    shard: dict[str, Any] | None = None
+    planned: int | None = None
+    ran: int | None = None
+    certify_later: bool = False
+    # Set by merge: {"merged": n, "runs": n, "missing": [...]}.
+    merged: dict[str, Any] | None = None
+
+    @property
+    def failed(self) -> list[RunResult]:
+        return [r for r in self.results.runs if r.status == "failed"]
+
+    @property
+    def passed(self) -> bool:
+        """The run's verdict for an exit code: the certificate decides where there is one
+        (an fp16 run without loss scaling is expected to fail, as evidence); else no run failed."""
+        if self.certificate is not None:
+            return self.certificate.status != "FAIL"
+        return not self.failed or self.certify_later
+
+    def to_json(self) -> dict[str, Any]:
+        """What `--json` prints: the folder, the summary and the certificate."""
+        out: dict[str, Any] = {
+            "results": str(self.root), "summary": self.summary,
+            "certificate": self.certificate.model_dump(mode="json") if self.certificate is not None else None}
+        if self.merged is not None:
+            out["merged"] = self.merged
+        return out
+
+
+def _lock(root: Path):
+    from ampcert.runner.orchestrator import FolderLock
+
+    return FolderLock(root)
+
+
+def _certify(root: Path, rs: ResultSet, rules: str | Path | None) -> Certificate:
+    """Evaluate a rule pack on stored results and write verdicts.json atomically."""
+    from ampcert.certify import evaluate, load_rules
+    from ampcert.results import ResultsDir, atomic_write_json
+
+    cert = evaluate(rs.runs, load_rules(rules))
+    atomic_write_json(ResultsDir(root).verdicts_file, cert)
+    return cert
+
+
+def _finish_locked(root: Path, *, rules: str | Path | None, certify: bool, sign_key: str | Path | None) -> Finished:
+    from ampcert.report import render, summary
+    from ampcert.results import load
+
+    rs = load(root)
+    cert = _certify(root, rs, rules) if certify else None
+    written = summary.write(rs)
+    # The report shows the verdicts: it is rendered after them, from the folder alone.
+    report_json, report_html = render.write(rs)
+    envelope, warnings = None, []
+    if sign_key is not None:
+        from ampcert.report.sign import sign_results
+
+        envelope, warnings = sign_results(root, sign_key)
+    return Finished(root=Path(root), results=rs, summary=written, report_json=report_json,
+                    report_html=report_html, certificate=cert, envelope=envelope, warnings=warnings)
+
+
+def finish(folder: str | Path, *, rules: str | Path | None = None, certify: bool | None = None,
+           sign_key: str | Path | None = None) -> Finished:
+    """Certify (when ``certify``, by default when ``rules`` is given), write the summary and
+    the report, and sign them (with ``sign_key``): the end of every command that writes a folder."""
+    root = Path(folder)
+    with _lock(root):
+        return _finish_locked(root, rules=rules, certify=rules is not None if certify is None else certify,
+                              sign_key=sign_key)
+
+
+def _existing_folder(folder: str | Path, what: str = "results folder") -> Path:
+    root = Path(folder)
+    if not root.is_dir():
+        raise UserError(f"{root}: {what} not found")
+    return root
+
+
+# --------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class PlannedRuns:
+    """A run matrix before anything runs (`ampcert run --dry-run`)."""
+
+    rows: list[dict[str, Any]]
+    plan: Plan | None = None  # None for a resumed folder: its plan is stored
+    shard: dict[str, Any] | None = None
+    planned: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        if self.plan is None:
+            return {"runs": self.rows}
+        return {"suite": self.plan.suite.name, "device": self.plan.device,
+                "capabilities": self.plan.capabilities, "shard": self.shard, "runs": self.rows}
+
+
+def _shard_of(plan: Plan, shard: str | None):
+    from ampcert.runner import shard as sharding
+
+    if shard is None:
+        return plan.runs, None
+    index, count = sharding.parse_shard(shard)
+    return sharding.select(plan.runs, index, count), sharding.record(plan.runs, index, count)
+
+
+def plan_suite(suite: str | Path, *, shard: str | None = None) -> PlannedRuns:
+    """The run matrix of a suite (validated, capabilities probed), without running it."""
+    from ampcert.runner import orchestrator as orch
+    from ampcert.runner import shard as sharding
+
+    where = sharding.parse_shard(shard) if shard is not None else None  # a bad --shard before the probe
+    plan = orch.plan_suite(suite)
+    runs, info = _shard_of(plan, shard) if where else (plan.runs, None)
+    return PlannedRuns(orch.dump_plan_table(runs), plan, info, len(plan.runs))
+
+
+def _stored_plan(folder: str | Path) -> tuple[Path, dict[str, Any]]:
+    from ampcert.results import ResultsDir
+
+    root = Path(folder)
+    if not root.is_dir():
+        raise UserError(f"--resume {root}: results folder not found")
+    return root, ResultsDir(root).read_plan()
+
+
+def plan_resume(folder: str | Path) -> PlannedRuns:
+    """The runs a resumed folder is responsible for (its shard's, or all)."""
+    from ampcert.runner import orchestrator as orch
+    from ampcert.runner import shard as sharding
+
+    _, stored = _stored_plan(folder)
+    runs = sharding.shard_runs(stored)
+    return PlannedRuns(orch.dump_plan_table(runs), None, stored.get("shard"), len(stored["runs"]))
+
+
+# --------------------------------------------------------------------------- running
+
+
+def check_key(sign_key: str | Path | None) -> None:
+    """Refuse a bad signing key before an hour of training, not after."""
+    if sign_key is not None:
+        from ampcert.report.sign import load_private_key
+
+        load_private_key(sign_key)
+
+
+def _execute(root: Path, runs: list, *, rules: str | None, shard: dict[str, Any] | None, planned: int,
+             retry_failed: bool, sign_key: str | Path | None, on_event: OnEvent | None) -> Finished:
+    from ampcert.runner import orchestrator as orch
+
+    # A rule pack judges the whole matrix: a shard's folder is certified once merged.
+    certify_later = bool(shard and rules)
+    with _lock(root):
+        orch.execute_plan(root, runs, retry_failed=retry_failed, on_event=on_event or (lambda event: None))
+        done = _finish_locked(root, rules=rules, certify=bool(rules) and not certify_later, sign_key=sign_key)
+    return replace(done, shard=shard, planned=planned, ran=len(runs), certify_later=certify_later)
+
+
+def run_suite(suite: str | Path, out: str | Path | None = None, *, shard: str | None = None,
+              sign_key: str | Path | None = None, on_event: OnEvent | None = None) -> Finished:
+    """Run a suite into a new results folder and finish it (certify, report, sign).
+
+    ``out`` defaults to ``reports/<suite>-<time>``; ``shard="i/n"`` runs only that
+    shard's runs (join the folders with :func:`merge`); ``on_event`` receives the
+    orchestrator's progress events (dicts with ``type``: plan, start, step, end)."""
+    from ampcert.runner import orchestrator as orch
+
+    check_key(sign_key)
+    planned = plan_suite(suite, shard=shard)
+    assert planned.plan is not None
+    plan = planned.plan
+    root = Path(out) if out is not None else orch.default_out_dir(plan.suite.name)
+    orch.prepare_out_dir(root)
+    with _lock(root):
+        orch.write_plan(root, plan, planned.shard)
+    runs, _ = _shard_of(plan, shard)
+    return _execute(root, runs, rules=plan.suite.certify, shard=planned.shard, planned=len(plan.runs),
+                    retry_failed=False, sign_key=sign_key, on_event=on_event)
+
+
+def resume(folder: str | Path, *, retry_failed: bool = False, sign_key: str | Path | None = None,
+           on_event: OnEvent | None = None) -> Finished:
+    """Finish an interrupted results folder: run what has no result (and, with
+    ``retry_failed``, what failed), then finish it as :func:`run_suite` does."""
+    from ampcert.runner import shard as sharding
+
+    check_key(sign_key)
+    root, stored = _stored_plan(folder)
+    return _execute(root, sharding.shard_runs(stored), rules=stored.get("certify"), shard=stored.get("shard"),
+                    planned=len(stored["runs"]), retry_failed=retry_failed, sign_key=sign_key, on_event=on_event)
+
+
+def merge(out: str | Path, folders: Sequence[str | Path], *, partial: bool = False) -> Finished:
+    """Join the shard folders of one suite into ``out`` and finish it (certified if the suite says so)."""
+    from ampcert.runner import shard as sharding
+
+    info = sharding.merge(Path(out), [Path(f) for f in folders], partial=partial)
+    done = finish(out, rules=info["certify"], certify=bool(info["certify"]))
+    return replace(done, merged={k: info[k] for k in ("merged", "runs", "missing")})
+
+
+def certify(folder: str | Path, rules: str | Path | None = None) -> Finished:
+    """Re-evaluate stored results against a rule pack (default: ``default``), without
+    re-running anything; writes verdicts.json and re-renders the report that shows them."""
+    from ampcert.results import ResultsDir, load
+
+    root = _existing_folder(folder)
+    ResultsDir(root).read_plan()  # one clear line if this is not a results folder
+    if not load(root).runs:
+        raise UserError(f"{root}: no run results to certify")
+    return finish(root, rules=rules, certify=True)
+
+
+def report(folder: str | Path, *, csv: str | Path | None = None) -> Finished:
+    """Re-render summary.json/html and report.json/html from stored results (same bytes
+    every time); with ``csv``, also one row per run to that file."""
+    from ampcert.results import load
+
+    load(folder)  # one clear line for a folder that is not a results folder, before the lock
+    done = finish(folder)
+    if csv is not None:
+        try:
+            done.results.frame().to_csv(csv, index=False)
+        except OSError as exc:
+            raise UserError(f"--csv {csv}: cannot write ({type(exc).__name__}: {exc.strerror})") from None
+    return done
+
+
+# --------------------------------------------------------------------------- signing
+
+
+def keygen(key: str | Path, *, force: bool = False) -> tuple[Path, Path, str]:
+    """Write an Ed25519 key pair (private key mode 0600); returns the paths and the keyid."""
+    from ampcert.report.sign import keygen as make_keys
+    from ampcert.report.sign import keyid, load_public_key
+
+    private, public = make_keys(key, force=force)
+    return private, public, keyid(load_public_key(public))
+
+
+def sign(folder: str | Path, key: str | Path) -> tuple[Path, list[str]]:
+    """Sign report.json and report.html: writes report.dsse.json; returns it and any warnings."""
+    from ampcert.report.sign import sign_results
+
+    root = _existing_folder(folder)
+    with _lock(root):
+        return sign_results(root, key)
+
+
+class NotVerified(Exception):
+    """A signed report that does not verify: the message says which check failed."""
+
+
+def verify(envelope: str | Path, pubkey: str | Path) -> Verified:
+    """Verify a signed report offline: signature, payload type, every subject's digest.
+
+    Raises :class:`NotVerified` on any mismatch, UserError on unreadable input."""
+    from ampcert.report.sign import VerificationError, load_public_key, verify_envelope
+
+    key = load_public_key(pubkey)
+    try:
+        return verify_envelope(envelope, key)
+    except VerificationError as exc:
+        raise NotVerified(str(exc)) from None
+
+
+# --------------------------------------------------------------------------- gate and plan
+
+
+def compare(baseline: str | Path, new: str | Path, *, gate: str | Path | None = None) -> GateResult:
+    """The regression gate: ``new`` against ``baseline`` (report.json files or results folders)."""
+    from ampcert import gate as regression
+
+    return regression.compare(regression.load_source(Path(baseline)), regression.load_source(Path(new)),
+                              regression.load_gate(Path(gate) if gate is not None else None))
+
+
+def write_gate_outputs(result: GateResult, json_path: Path | None, markdown: Path | None) -> list[Path]:
+    from ampcert import gate as regression
+
+    return regression.write_outputs(result, json_path, markdown)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    plan: CapacityPlan
+    suite: str
+    rows: list[dict[str, str]]
+    notes: list[str]
+
+
+def capacity(source: str | Path, target_samples: int, *, gpus: int = 1, price_per_gpu_hour: float | None = None,
+             pricing: str | Path | None = None) -> Capacity:
+    """Capacity plan from a report.json or a results folder: wall time, GPU-hours,
+    energy and cost of ``target_samples`` samples on ``gpus`` devices per precision."""
+    from ampcert import gate as regression
+    from ampcert import plan as planning
+
+    side = regression.load_source(Path(source))
+    cp = planning.capacity_plan(side.runs, target_samples, gpus, price_per_gpu_hour, pricing)
+    if not cp.rows:
+        raise UserError(f"{source}: no run results to plan from")
+    return Capacity(cp, side.suite_name, planning.table_rows(cp), cp.assumptions + planning.notes(cp))
+
+
+def write_capacity(cap: Capacity, *, csv: Path | None, json_path: Path | None) -> list[Path]:
+    from ampcert import plan as planning
+    from ampcert.results import atomic_write_text
+
+    written = []
+    for path, text in ((csv, planning.csv_text(cap.plan)),
+                       (json_path, cap.plan.model_dump_json(indent=1) + "\n")):
+        if path is None:
+            continue
+        try:
+            atomic_write_text(path, text)
+        except OSError as exc:
+            raise UserError(f"{path}: cannot write ({type(exc).__name__}: {exc.strerror or exc})") from None
+        written.append(path)
+    return written
+
+
+# --------------------------------------------------------------------------- compliance and audits
+
+
+@dataclass(frozen=True)
+class Checked:
+    rules: ComplianceRules
+    logs: list[tuple[Path, list[Violation]]]
+
+    @property
+    def violations(self) -> int:
+        return sum(len(v) for _, v in self.logs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rules": self.rules.name, "violations": self.violations, "logs": [
+            {"log": str(f), "violations": [{"path": v.path, "line": v.line, "rule": v.rule, "message": v.message}
+                                           for v in vs]} for f, vs in self.logs]}
+
+
+def check_logs(paths: Sequence[str | Path], rules: str | Path | None = None) -> Checked:
+    """MLLOG logs (files, or folders searched for ``*.mllog``) against compliance rules."""
+    from ampcert.certify.compliance import check_log, load_compliance_rules
+
+    compliance = load_compliance_rules(Path(rules) if rules is not None else None)
+    files: list[Path] = []
+    for item in map(Path, paths):
+        if item.is_dir():
+            found = sorted(item.rglob("*.mllog"))
+            if not found:
+                raise UserError(f"{item}: no .mllog files in this folder")
+            files += found
+        elif item.is_file():
+            files.append(item)
+        else:
+            raise UserError(f"{item}: no such log file or folder")
+    return Checked(compliance, [(f, check_log(f, compliance)) for f in files])
+
+
+@dataclass(frozen=True)
+class Audit:
+    """ampcert's autocast against the reference, op by op (torch) or primitive by primitive (JAX)."""
+
+    framework: str
+    version: str
+    where: str  # the device (torch) or JAX backend
+    policy: Any
+    rows: list[Any]
+    regions: list[Any] = field(default_factory=list)
+    coverage: dict[str, Any] | None = None
+    shipped: bool = True  # a shipped policy mirrors native: any difference is a failure
+
+    @property
+    def disagreements(self) -> list[str]:
+        if self.framework == "jax":
+            return [r.op for r in self.rows if not r.agree] + [r.region for r in self.regions if not r.rewritten]
+        return [r.op for r in self.rows if not r.agree]
+
+    @property
+    def passed(self) -> bool:
+        return not self.disagreements or not self.shipped
+
+    def to_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        out: dict[str, Any] = {"policy": {"name": self.policy.name, "source": str(self.policy.source),
+                                          "sha256": self.policy.sha256},
+                               self.framework: self.version,
+                               "device" if self.framework == "torch" else "backend": self.where,
+                               "rows": [asdict(r) for r in self.rows]}
+        if self.framework == "torch":
+            out["coverage"] = self.coverage
+        else:
+            out["regions"] = [asdict(r) for r in self.regions]
+        return out
+
+
+def audit_torch(device: str = "cpu", policy: str | None = None, dtype: str | None = None) -> Audit:
+    """Compare ampcert's torch autocast with native torch.autocast on real tensors."""
+    if device not in ("cpu", "cuda"):
+        raise UserError(f"--device: expected cpu or cuda, got {device!r}")
+    if dtype not in ("bf16", "fp16", None):
+        raise UserError(f"--dtype: expected bf16 or fp16, got {dtype!r}")
+    from ampcert.spec import require_backend
+
+    require_backend("torch", "audit --backend torch")
+    import torch
+
+    from ampcert.amp.audit import audit_torch as run_audit
+    from ampcert.amp.audit import coverage
+    from ampcert.amp.policy import POLICY_DIR
+    from ampcert.amp.precision import dtype_name
+    from ampcert.spec import load_op_policy
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: torch sees no CUDA device")
+    op_policy = load_op_policy(policy, "--policy", device)
+    rows = run_audit(device, op_policy, getattr(torch, dtype_name(dtype)) if dtype else None)
+    shipped = op_policy.source is not None and Path(op_policy.source).parent == POLICY_DIR
+    return Audit("torch", torch.__version__, device, op_policy, rows, coverage=coverage(rows, device, op_policy),
+                 shipped=shipped)
+
+
+def audit_jax(policy: str | None = None, dtype: str | None = None) -> Audit:
+    """ampcert's JAX autocast against its policy: per primitive, the operand dtypes it
+    really got on real arrays; per nested region, whether the matmul inside was rewritten."""
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        raise UserError("--backend jax: JAX is not installed (pip install 'ampcert[jax]')") from None
+    if dtype not in ("bf16", "fp16", None):
+        raise UserError(f"--dtype: expected bf16 or fp16, got {dtype!r}")
+    from ampcert.amp.jax.audit import audit_jax as run_audit
+    from ampcert.amp.jax.audit import audit_regions
+    from ampcert.amp.precision import dtype_name
+    from ampcert.spec import load_op_policy
+
+    low = jnp.dtype(dtype_name(dtype or "bf16"))
+    op_policy = load_op_policy(policy, "--policy", framework="jax")
+    rows = run_audit(op_policy, low, extra_ops=("tanh", "logistic", "reduce_max", "add", "mul"))
+    return Audit("jax", jax.__version__, jax.default_backend(), op_policy, rows,
+                 regions=audit_regions(op_policy, low))
+
+
+# --------------------------------------------------------------------------- what is installed
+
+
+def catalog(suites_dir: str | Path = "suites") -> dict[str, Any]:
+    """Workloads, suites (in ``suites_dir``), precisions, shipped policies and rule packs."""
+    from ampcert.amp.precision import PRECISIONS
+    from ampcert.resources import shipped_names
+    from ampcert.workloads import registry
+
+    workloads = []
+    for name in registry.names():
+        w = registry.get(name)
+        workloads.append({"name": name, "metric": w.metric, "summary": w.summary})
+    return {
+        "workloads": workloads,
+        "suites": [str(p) for p in sorted(Path(suites_dir).glob("*.yaml"))],
+        "precisions": list(PRECISIONS),
+        "policies": list(shipped_names("policy")),
+        "rules": list(shipped_names("rules")),
+    }
+
+
+def shipped_text(kind: str | None, name: str | None) -> str:
+    """A shipped policy or rule pack, byte for byte (`ampcert show KIND NAME`)."""
+    from ampcert.resources import KINDS, shipped_names
+    from ampcert.resources import shipped_text as text_of
+
+    if kind is None:
+        raise UserError(f"show: give KIND and NAME, KIND one of {sorted(KINDS)} (e.g. ampcert show policy torch-cpu)")
+    if name is None:
+        raise UserError(f"show {kind}: give NAME, one of {list(shipped_names(kind))}")
+    return text_of(kind, name)
+
+
+def environment() -> dict[str, Any]:
+    """The environment fingerprint: Python, frameworks, CUDA, GPUs, CPU and its flags."""
+    from ampcert.envinfo import fingerprint
+
+    return fingerprint()

@@ -1,0 +1,200 @@
+"""The import graph of ``ampcert`` runs one way: no circles, nothing against the layer order.
+
+The graph is read from the source with :mod:`ast` (nothing is imported), over
+every import statement: module level, inside functions and under
+``if TYPE_CHECKING:`` alike, because a lazy import is still a dependency.
+``from pkg import name`` is an edge to ``pkg.name`` when that is a module,
+else to ``pkg``. docs/architecture.md explains the layers; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+from pathlib import Path
+
+import ampcert
+
+PACKAGE_DIR = Path(ampcert.__file__).parent
+
+# Top to bottom. A module may import from its own layer and the layers below;
+# the first matching prefix decides a module's layer. ``ampcert`` itself (the
+# package's public face, which re-exports the session API lazily) is the top.
+LAYERS: list[tuple[str, ...]] = [
+    ("ampcert", "ampcert.__main__", "ampcert.cli"),      # parse, call one function, print
+    ("ampcert.session",),                                # the sequences a command runs
+    ("ampcert.runner", "ampcert.gate"),                  # execute a plan; compare two results
+    ("ampcert.report",),                                 # report.json/html, signing
+    ("ampcert.backends", "ampcert.certify", "ampcert.plan"),  # train one run; verdicts; capacity
+    ("ampcert.aggregate",),                              # one aggregation per group, for every view
+    ("ampcert.results",),                                # RunResult, the results folder
+    ("ampcert.spec",),                                   # suites and the run matrix
+    ("ampcert.workloads", "ampcert.telemetry"),          # what is trained; what is measured
+    ("ampcert.configio", "ampcert.resources", "ampcert.errors", "ampcert.mllog", "ampcert.envinfo",
+     "ampcert.console", "ampcert.version"),              # leaves every layer may use
+    ("ampcert.amp",),                                    # the AMP engine: usable alone
+]
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> set[str]:
+    """The ``known`` modules that the statements in ``tree`` import."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                name = alias.name
+                while name and name not in known:  # `import a.b.c` where only a.b is ours
+                    name = name.rpartition(".")[0]
+                if name:
+                    found.add(name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this module's package
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                if f"{base}.{alias.name}" in known:
+                    found.add(f"{base}.{alias.name}")
+                elif base in known:
+                    found.add(base)
+    found.discard(module)
+    return found
+
+
+def import_graph(root: Path = PACKAGE_DIR) -> dict[str, set[str]]:
+    files = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    known = set(files)
+    return {m: imported_modules(ast.parse(p.read_text(encoding="utf-8"), str(p)), m, p.name == "__init__.py", known)
+            for m, p in files.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle (as a path that returns to its start), or None."""
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        return list(exc.args[1])
+    return None
+
+
+def layer_of(module: str, layers: list[tuple[str, ...]] = LAYERS) -> int:
+    best, index = -1, None
+    for i, prefixes in enumerate(layers):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, index = len(prefix), i
+    if index is None:
+        raise AssertionError(f"{module} is in no layer: add it to LAYERS and to docs/architecture.md")
+    return index
+
+
+def upward_imports(graph: dict[str, set[str]], layers: list[tuple[str, ...]] = LAYERS) -> list[str]:
+    """Every import from a lower layer into a higher one (index grows downwards)."""
+    return sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
+                  if layer_of(m, layers) > layer_of(d, layers))
+
+
+def third_party_imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+# --------------------------------------------------------------------------- the code
+
+
+GRAPH = import_graph()
+
+
+def test_the_graph_is_read_from_the_whole_package():
+    assert len(GRAPH) > 60 and "ampcert.cli" in GRAPH and "ampcert.amp.jax.autocast" in GRAPH
+    assert "ampcert.results" in GRAPH["ampcert.certify.checks"]  # a module-level import is seen
+    assert "ampcert.spec" in GRAPH["ampcert.results"]
+
+
+def test_no_import_circle():
+    cycle = find_cycle(GRAPH)
+    assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def test_no_import_against_the_layer_order():
+    assert upward_imports(GRAPH) == []
+
+
+def test_every_module_has_a_layer():
+    for m in GRAPH:
+        layer_of(m)
+
+
+def test_amp_imports_nothing_of_the_harness_and_amp_jax_no_torch():
+    for m, deps in GRAPH.items():
+        if m.startswith("ampcert.amp"):
+            assert all(d.startswith("ampcert.amp") for d in deps), (m, sorted(deps))
+    for path in (PACKAGE_DIR / "amp" / "jax").rglob("*.py"):
+        assert "torch" not in third_party_imports(path), path
+
+
+def test_the_cli_reaches_the_library_through_the_session():
+    # cli.py parses and prints: it calls the session API (and the console), nothing that does the work.
+    allowed = {"ampcert.session", "ampcert.console", "ampcert.errors", "ampcert.version", "ampcert.cli"}
+    assert {d for d in GRAPH["ampcert.cli"] if d.split(".")[0:2] != ["ampcert", "cli"]} <= allowed, \
+        sorted(GRAPH["ampcert.cli"])
+
+
+# --------------------------------------------------------------------------- the checks can fail
+
+
+SYNTHETIC_LAYERS = [("pkg.cli",), ("pkg.runner",), ("pkg.spec",)]
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "pkg"
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_a_synthetic_circle_is_found(tmp_path):
+    root = _package(tmp_path, {
+        "__init__.py": "",
+        "cli.py": "from pkg import runner\n",
+        "runner/__init__.py": "",
+        "runner/plan.py": "def f():\n    from pkg.spec import load  # a lazy import is an edge too\n",
+        "spec.py": "from .runner import plan\n",  # relative, back up: spec -> runner.plan -> spec
+    })
+    graph = import_graph(root)
+    assert graph["pkg.cli"] == {"pkg.runner"}
+    assert graph["pkg.spec"] == {"pkg.runner.plan"} and graph["pkg.runner.plan"] == {"pkg.spec"}
+    cycle = find_cycle(graph)
+    assert cycle is not None and set(cycle) == {"pkg.spec", "pkg.runner.plan"}
+    assert upward_imports(graph, SYNTHETIC_LAYERS) == ["pkg.spec -> pkg.runner.plan"]
+
+
+def test_type_checking_imports_count_and_a_clean_graph_passes(tmp_path):
+    root = _package(tmp_path, {
+        "__init__.py": "",
+        "cli.py": "import pkg.runner.plan\n",
+        "runner/__init__.py": "",
+        "runner/plan.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import spec\n",
+        "spec.py": "import os\n",
+    })
+    graph = import_graph(root)
+    assert graph["pkg.runner.plan"] == {"pkg.spec"}
+    assert find_cycle(graph) is None and upward_imports(graph, SYNTHETIC_LAYERS) == []
+    (root / "spec.py").write_text("if False:\n    import pkg.cli\n")  # never runs, still a dependency
+    assert set(find_cycle(import_graph(root)) or []) == {"pkg.cli", "pkg.runner.plan", "pkg.spec"}
+    assert upward_imports(import_graph(root), SYNTHETIC_LAYERS) == ["pkg.spec -> pkg.cli"]
