@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -64,8 +64,9 @@ class _Rule(_Strict):
     required: bool = True
     per_workload: dict[str, float] = Field(default_factory=dict)
 
-    #: the name of the rule's main threshold field (overridden per workload by ``per_workload``)
-    threshold_field: str = Field(default="", exclude=True)
+    #: the name of the rule's main threshold field (overridden per workload by ``per_workload``):
+    #: a fact of the rule's class, never a field a rule pack could point at another attribute
+    threshold_field: ClassVar[str] = ""
 
     def threshold(self, label: str, workload: str) -> float:
         for key in (label, workload):
@@ -79,14 +80,14 @@ class AccuracyParity(_Rule):
     margin: float = Field(gt=0)
     alpha: float = Field(0.05, gt=0, lt=0.5)
     min_seeds: int = Field(3, ge=2)
-    threshold_field: str = Field(default="margin", exclude=True)
+    threshold_field: ClassVar[str] = "margin"
 
 
 class Convergence(_Rule):
     check: Literal["convergence"]
     max_ratio: float = Field(ge=1.0)
     min_seeds: int = Field(1, ge=1)
-    threshold_field: str = Field(default="max_ratio", exclude=True)
+    threshold_field: ClassVar[str] = "max_ratio"
 
 
 class Determinism(_Rule):
@@ -98,14 +99,14 @@ class SeedSpread(_Rule):
     check: Literal["seed_spread"]
     max_spread: float = Field(gt=0)
     min_seeds: int = Field(2, ge=2)
-    threshold_field: str = Field(default="max_spread", exclude=True)
+    threshold_field: ClassVar[str] = "max_spread"
 
 
 class ScalerSkipRate(_Rule):
     check: Literal["scaler_skip_rate"]
     warmup_steps: int = Field(0, ge=0)
     max_rate: float = Field(ge=0, le=1)
-    threshold_field: str = Field(default="max_rate", exclude=True)
+    threshold_field: ClassVar[str] = "max_rate"
 
 
 class ScalerFloor(_Rule):
@@ -113,25 +114,25 @@ class ScalerFloor(_Rule):
     floor: float = Field(1.0, ge=0)
     warmup_steps: int = Field(0, ge=0)
     max_fraction: float = Field(0.0, ge=0, le=1)
-    threshold_field: str = Field(default="max_fraction", exclude=True)
+    threshold_field: ClassVar[str] = "max_fraction"
 
 
 class NonFiniteLoss(_Rule):
     check: Literal["nonfinite_loss"]
     max_fraction: float = Field(0.0, ge=0, le=1)
-    threshold_field: str = Field(default="max_fraction", exclude=True)
+    threshold_field: ClassVar[str] = "max_fraction"
 
 
 class Speedup(_Rule):
     check: Literal["speedup"]
     min_ratio: float = Field(gt=0)
-    threshold_field: str = Field(default="min_ratio", exclude=True)
+    threshold_field: ClassVar[str] = "min_ratio"
 
 
 class MemoryRatio(_Rule):
     check: Literal["memory_ratio"]
     max_ratio: float = Field(gt=0)
-    threshold_field: str = Field(default="max_ratio", exclude=True)
+    threshold_field: ClassVar[str] = "max_ratio"
 
 
 Rule = Annotated[
@@ -147,8 +148,19 @@ class RulePack(_Strict):
     version: Literal[1] = 1
     description: str = ""
     rules: list[Rule] = Field(min_length=1)
+    # Where the pack was read from and the digest of its bytes: set by load_rules,
+    # never by the file (a pack must not be able to claim another pack's digest).
     source: str = Field(default="", exclude=True)
     sha256: str = Field(default="", exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_from_the_file(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key in ("source", "sha256"):
+                if key in data:
+                    raise ValueError(f"`{key}` is recorded by ampcert when it reads the pack; remove it from the file")
+        return data
 
     @model_validator(mode="after")
     def _unique_ids(self) -> RulePack:
