@@ -29,6 +29,16 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy over the modules [tool.mypy] names (amp/, results, spec, certify, session...).
+
+    Core dependencies only: torch and JAX are absent, so their types read as Any
+    (ignore_missing_imports); what is checked is ampcert's own contracts, in seconds."""
+    session.install("-e", ".", "mypy>=1.10", "types-PyYAML")
+    session.run("mypy", *session.posargs)
+
+
+@nox.session
 def gpu(session: nox.Session) -> None:
     """On a CUDA machine: the gpu-marked tests (torch as installed there, CUDA build).
 

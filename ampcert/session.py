@@ -114,7 +114,8 @@ def _finish_locked(root: Path, *, rules: str | Path | None, certify: bool, sign_
     written = summary.write(rs)
     # The report shows the verdicts: it is rendered after them, from the folder alone.
     report_json, report_html = render.write(rs)
-    envelope, warnings = None, []
+    envelope: Path | None = None
+    warnings: list[str] = []
     if sign_key is not None:
         from ampcert.report.sign import sign_results
 

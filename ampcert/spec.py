@@ -147,7 +147,8 @@ class Suite(_Strict):
                     f"duplicate workload entry {entry.label!r}: give each entry a distinct `id`"
                 )
             seen.add(entry.label)
-        for where, values in [("precisions", self.precisions), ("seeds", self.seeds)]:
+        listed: list[tuple[str, list[Any]]] = [("precisions", list(self.precisions)), ("seeds", list(self.seeds))]
+        for where, values in listed:
             if len(set(values)) != len(values):
                 raise ValueError(f"`{where}` lists a value twice: {values}")
         if self.unaccelerated == "cap" and self.unaccelerated_max_steps is None:
