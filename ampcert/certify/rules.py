@@ -28,7 +28,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ampcert.amp.precision import Precision
+from ampcert.amp.precision import LOW_PRECISIONS, Precision
 from ampcert.errors import UserError
 from ampcert.resources import config_path, require_shipped
 
@@ -45,7 +45,7 @@ class AppliesTo(_Strict):
     ``"*"`` matches everything. Workloads match an entry's label or name."""
 
     workloads: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
-    precisions: list[Precision] = Field(default_factory=lambda: ["bf16", "fp16"], min_length=1)
+    precisions: list[Precision] = Field(default_factory=lambda: list(LOW_PRECISIONS), min_length=1)
     backends: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
     amp: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
 
