@@ -21,7 +21,15 @@ from ampcert import session
 from ampcert.aggregate import aggregate, group_key, group_runs
 from ampcert.certify import evaluate, load_rules
 from ampcert.cli import views
-from ampcert.results import EvalPoint, FailureKind, ResultsDir, RunResult, StepTimes, atomic_write_json, load
+from ampcert.results import (
+    EvalPoint,
+    FailureKind,
+    ResultsDir,
+    RunResult,
+    StepTimes,
+    atomic_write_json,
+    load,
+)
 from ampcert.spec import expand, parse_suite
 
 

@@ -5,10 +5,10 @@ not fields a file can set. Each is one line and exit 2, never a traceback."""
 from __future__ import annotations
 
 import pytest
+from conftest import assert_one_line_error, run_cli
 
 from ampcert.certify.rules import AccuracyParity, load_rules
 from ampcert.errors import UserError
-from conftest import assert_one_line_error, run_cli
 
 PACK = """\
 name: mine

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ampcert.aggregate import capped_groups, not_comparable
 from ampcert.certify import evaluate, load_rules
 from ampcert.report import summary
 from ampcert.report.model import _table
-from ampcert.aggregate import capped_groups, not_comparable
 from ampcert.results import EvalPoint, ResultSet, RunResult
 from ampcert.spec import apply_capabilities, expand, parse_suite
 

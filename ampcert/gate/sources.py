@@ -1,0 +1,79 @@
+"""The two sides of a comparison: a results folder or a report.json, loaded alike.
+
+A *source* is what ``ampcert run --out DIR`` wrote (runs, plan, verdicts) or a
+report.json (its ``runs``, ``certificate`` and ``suite``). Either becomes a
+:class:`Source`: the runs, the certificate if there is one, and the suite's
+name and digest, which is all the comparison reads. Anything that is neither
+is one :class:`UserError` line naming the file and what was expected.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from ampcert.certify.checks import Certificate
+from ampcert.configio import parse_model
+from ampcert.errors import UserError
+from ampcert.gate.result import SourceInfo
+from ampcert.results import ResultsDir, RunResult, load
+
+
+@dataclass
+class Source:
+    """What one side of a comparison holds: runs, certificate, suite identity."""
+
+    path: Path
+    kind: Literal["results folder", "report"]
+    suite_name: str
+    suite_sha256: str | None
+    runs: list[RunResult]
+    certificate: Certificate | None
+
+
+def load_source(path: str | Path) -> Source:
+    """A results folder or a report.json (``runs``, ``certificate``, ``suite``), as a Source."""
+    p = Path(path)
+    if p.is_dir():
+        rd = ResultsDir(p)
+        rs = load(p)  # one clear line if this is not a results folder
+        plan = rd.read_plan()
+        cert = None
+        if rd.verdicts_file.exists():
+            try:
+                cert = Certificate.model_validate_json(rd.verdicts_file.read_bytes())
+            except (OSError, ValueError) as exc:
+                raise UserError(f"{rd.verdicts_file}: unreadable verdicts: {str(exc).splitlines()[0]}") from None
+        return Source(p, "results folder", rs.suite_name, plan.get("suite_sha256"), rs.runs, cert)
+    if not p.exists():
+        raise UserError(f"{p}: no such report file or results folder")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{p}: expected a readable report.json, got {type(exc).__name__}") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{p}: expected a report.json or a results folder, got invalid JSON "
+                        f"(line {exc.lineno}: {exc.msg})") from None
+    if isinstance(data, dict) and "payloadType" in data and "payload" in data:
+        raise UserError(f"{p}: a signed envelope (DSSE): compare the report.json it signs "
+                        "(verify it first with `ampcert verify`)")
+    if not isinstance(data, dict) or not isinstance(data.get("runs"), list) or not isinstance(data.get("suite"), dict):
+        raise UserError(f"{p}: not an ampcert report: expected a JSON object with `runs` (list) and `suite` (object)")
+    suite = data["suite"]
+    if not isinstance(suite.get("name"), str):
+        raise UserError(f"{p}: suite.name: expected the suite's name (string)")
+    runs = [parse_model(RunResult, item, f"{p}: runs[{i}]") for i, item in enumerate(data["runs"])]
+    cert = None
+    if data.get("certificate") is not None:
+        cert = parse_model(Certificate, data["certificate"], f"{p}: certificate")
+    return Source(p, "report", suite["name"], suite.get("sha256"), runs, cert)
+
+
+def describe(source: Source) -> SourceInfo:
+    """The source as the result names it: path, kind, suite, runs, devices, certificate."""
+    devices = sorted({str((r.environment or {}).get("device_name") or r.spec.device) for r in source.runs})
+    return SourceInfo(path=str(source.path), kind=source.kind, suite=source.suite_name,
+                      suite_sha256=source.suite_sha256, runs=len(source.runs), devices=devices,
+                      certificate=source.certificate.status if source.certificate else None)
