@@ -1,7 +1,8 @@
 """Op-cast policies for ampcert's autocast engine.
 
 A policy says, for every op name the dispatcher in :mod:`ampcert.amp.torch_autocast`
-knows, which *family* it belongs to inside an autocast region:
+knows (:mod:`ampcert.amp.torch_ops` names them), which *family* it belongs to inside
+an autocast region:
 
 ``lower_precision``
     cast eligible floating inputs to the autocast dtype (bf16/fp16).
@@ -42,8 +43,11 @@ casts *inside* a composite which first checks that its floating inputs share one
 dtype: ampcert leaves such a call uncast when the eligible inputs' dtypes differ,
 so it raises exactly like native does.
 
-This module is standalone: it imports only the standard library, PyYAML and,
-lazily, the op registry of :mod:`ampcert.amp.torch_autocast` (for validation).
+This module is standalone: it imports only the standard library, PyYAML,
+:mod:`.yamlio` and, lazily (for validation), the op names of the framework a
+policy is for: :mod:`.torch_ops` (torch) or :mod:`.jax.primitives` (JAX). Neither
+imports this module, so imports run one way: the autocast engines import the
+policy, never the reverse.
 """
 
 from __future__ import annotations
@@ -116,7 +120,9 @@ class OpPolicy:
     description: str = ""
     extends: str | None = None
     uncast_if_mixed: frozenset[str] = frozenset()
-    effective_sha256: str = field(default="", compare=False)
+    #: Computed from the resolved mapping, never given (a given digest could vouch for
+    #: ops that are not these).
+    effective_sha256: str = field(default="", init=False, compare=False)
     #: ``torch`` (ops are torch callables) or ``jax`` (ops are jaxpr primitives).
     framework: str = "torch"
     #: lower-precision JAX primitives that accumulate in float32
@@ -133,11 +139,10 @@ class OpPolicy:
         object.__setattr__(self, "ops", MappingProxyType(dict(sorted(ops.items()))))
         object.__setattr__(self, "uncast_if_mixed", frozenset(o for o in self.uncast_if_mixed if o in ops))
         object.__setattr__(self, "accumulate_fp32", frozenset(o for o in self.accumulate_fp32 if o in ops))
-        if not self.effective_sha256:
-            object.__setattr__(
-                self, "effective_sha256",
-                _digest_mapping(self.device_type, ops, self.uncast_if_mixed, self.framework, self.accumulate_fp32),
-            )
+        object.__setattr__(
+            self, "effective_sha256",
+            _digest_mapping(self.device_type, ops, self.uncast_if_mixed, self.framework, self.accumulate_fp32),
+        )
 
     def __hash__(self) -> int:
         return hash((self.name, self.framework, self.device_type, self.effective_sha256))
@@ -303,11 +308,17 @@ def _load_file(path: Path, chain: tuple[Path, ...]) -> OpPolicy:
     name = doc.get("name")
     if not isinstance(name, str) or not name.strip():
         raise PolicyError(f"{where}: name: expected a non-empty string, got {_tname(name)}")
+    name = name.strip()
+    if not name.isprintable():  # it is printed in tables and written to MLLOG lines
+        raise PolicyError(f"{where}: name: expected one line of printable text, got {name!r}")
     description = doc.get("description", "")
     if description is None:
         description = ""
     if not isinstance(description, str):
         raise PolicyError(f"{where}: description: expected a string, got {_tname(description)}")
+    description = " ".join(description.split())
+    if not description.isprintable():
+        raise PolicyError(f"{where}: description: expected printable text, got {description!r}")
 
     extends = doc.get("extends")
     base: OpPolicy | None = None
@@ -404,18 +415,49 @@ def _load_file(path: Path, chain: tuple[Path, ...]) -> OpPolicy:
                 raise PolicyError(f"{where}: {field_name}: expected a lower_precision primitive, got {op!r}")
             accumulate.add(op)
 
-    return OpPolicy(
-        name=name.strip(),
+    policy = OpPolicy(
+        name=name,
         device_type=device_type,
         ops=ops,
         source=path,
         sha256=hashlib.sha256(raw_bytes).hexdigest(),
-        description=" ".join(description.split()),
+        description=description,
         extends=extends,
         uncast_if_mixed=frozenset(mixed),
         framework=framework,
         accumulate_fp32=frozenset(accumulate),
     )
+    _check_name(policy, path, where)
+    return policy
+
+
+def _shipped_stems() -> set[str]:
+    return {p.stem for p in POLICY_DIR.glob("*.yaml")} if POLICY_DIR.is_dir() else set()
+
+
+def _check_name(policy: OpPolicy, path: Path, where: str) -> None:
+    """A policy's name is how results, reports and MLLOG logs (``amp_policy``) credit
+    it, so a name is an identity the file must live up to: a shipped policy is named
+    by its file, and another file may take a shipped policy's name only while it is
+    that policy (a verbatim copy, ``ampcert show policy torch-cpu > mine.yaml``); once
+    its ops differ, it needs a name of its own."""
+    name = policy.name
+    try:
+        shipped_file = path.resolve().parent == POLICY_DIR.resolve()
+    except OSError:  # pragma: no cover - an unreadable directory: not the shipped one
+        shipped_file = False
+    if shipped_file:
+        if name != path.stem:
+            raise PolicyError(f"{where}: name: expected {path.stem!r} (a shipped policy is named by its file), "
+                              f"got {name!r}")
+        return
+    if name not in _shipped_stems():
+        return
+    shipped = POLICY_DIR / f"{name}.yaml"
+    if _load_cached(str(shipped)).effective_sha256 != policy.effective_sha256:
+        raise PolicyError(f"{where}: name: expected a name of its own for a policy that differs from the "
+                          f"shipped {name!r} ({shipped}), got {name!r}: results and logs name a policy by "
+                          f"its name (to start from it, write `extends: {name}` and a name of your own)")
 
 
 def _apply_overrides(
@@ -458,8 +500,7 @@ def _known_ops(framework: str = "torch") -> frozenset[str]:
             from .jax.primitives import known_primitive_names  # lazy: imports jax
 
             return known_primitive_names()
-        # lazy: torch_autocast imports this module, and torch
-        from .torch_autocast import known_op_names
+        from .torch_ops import known_op_names  # lazy: imports torch
     except ImportError as exc:
         missing = "JAX" if framework == "jax" else "PyTorch"
         raise PolicyError(f"a {framework} policy needs {missing}, which is not installed ({exc}): "

@@ -32,31 +32,29 @@ What this module adds to ``GradScaler``
    after which ``1/S = inf`` turns every gradient into ``inf``/``NaN`` and training can
    never recover.  Here the scale is clamped to ``[min_scale, max_scale]`` after every
    update.  ``min_scale=0.0, max_scale=float("inf")`` restores ``GradScaler`` exactly.
-2. **No host synchronisation in the step path** (``sync_free=True``).  ``GradScaler``
-   decides whether to skip with ``if found_inf.item(): ...``, which stalls the host
-   until the GPU has finished the backward pass, once per step.  Instead the optimizer
-   step always runs and is *undone on the device* when an overflow was found: the
-   parameters and optimizer-state tensors (moments, ``step`` counters, ...) are
-   snapshotted, the step runs, and ``torch.where(found_inf, snapshot, current)`` restores
-   them.  Optimizers with native AMP support (``optimizer._step_supports_amp_scaling``,
-   e.g. ``fused=True`` Adam/AdamW/SGD) instead receive ``grad_scale``/``found_inf`` and
-   skip inside their kernel, exactly as with ``GradScaler``.
+2. **No host synchronisation in the step path** (``sync_free=True``): the optimizer
+   step always runs and is *undone on the device* when an overflow was found, instead
+   of ``GradScaler``'s ``if found_inf.item()`` (:mod:`ampcert.amp.torch_scaler_step`).
+   Optimizers with native AMP support (``optimizer._step_supports_amp_scaling``, e.g.
+   ``fused=True`` Adam/AdamW/SGD) instead receive ``grad_scale``/``found_inf`` and skip
+   inside their kernel, exactly as with ``GradScaler``.
 3. **Telemetry** (:meth:`DynamicLossScaler.trajectory`): the scale after every update,
    whether the update saw an overflow and whether a step was skipped, recorded on the
-   device without syncing.
+   device without syncing (:mod:`ampcert.amp.torch_scaler_trajectory`).
+4. **Data-parallel training**: every rank skips or applies the same steps and holds the
+   same scale, because the overflow flag is all-reduced (``MAX``) across the ranks after
+   each inf check (``sync_ranks``; :mod:`ampcert.amp.torch_scaler_ranks`).
 
-Data-parallel training
-----------------------
-Under ``torch.distributed`` every rank holds its own scaler, and the scales must never
-drift apart: a rank that skips a step its peers apply ends up with different weights.
-DistributedDataParallel all-reduces the gradients, so an overflow usually shows on every
-rank, but not always (gradients outside DDP, ``no_sync`` accumulation, a non-finite value
-that a rank's local check sees before the reduction).  So the overflow decision is reduced
-explicitly: after each optimizer's inf check the flag is all-reduced with ``MAX`` across the
-ranks (``sync_ranks``; by default whenever a process group of more than one rank is
-initialised), and every rank skips or applies the same steps and holds the same scale.
-The reduction is one collective per :meth:`unscale_` (one tiny ``all_reduce``, no host
-sync with NCCL); every rank must unscale the same optimizers in the same order.
+Where the code is
+-----------------
+This module is the ``GradScaler``-compatible front: the public API, the per-optimizer
+state machine below, unscaling and the inf check, the update rule, checkpointing. It
+uses three modules, one concept each, each with its own account of why:
+
+- :mod:`ampcert.amp.torch_scaler_step`: the sync-free core, a step undone on the
+  device (and ``GradScaler``'s syncing step);
+- :mod:`ampcert.amp.torch_scaler_ranks`: the cross-rank reduction of ``found_inf``;
+- :mod:`ampcert.amp.torch_scaler_trajectory`: trajectory recording.
 
 State machine
 -------------
@@ -75,19 +73,10 @@ according to its *own* gradients, and ``update`` backs off if *any* of them over
 Where host syncs remain
 -----------------------
 * ``scale``, ``unscale_``, ``update``: never.
-* ``step`` with ``sync_free=True``: none in steady state, except
-
-  - when the optimizer *creates* state or changes non-tensor state during the step
-    (SGD-momentum and Adam create their buffers on the first successful step): one
-    ``.item()`` decides whether to keep the new state; this repeats only while those
-    first steps overflow;
-  - when an optimizer-state tensor lives on another device than the scale, typically
-    the CPU ``step`` counters of Adam/AdamW/... with ``capturable=False`` on CUDA: the
-    overflow mask is copied to the host (blocking) every step.  Use ``fused=True``
-    (native path, no copy) or ``capturable=True`` to avoid it;
-  - sparse gradients or sparse state fall back to the syncing path.
-
-  Syncs made by the optimizer itself are outside the scaler's control.
+* ``step`` with ``sync_free=True``: none in steady state; the exceptions (an optimizer
+  creating its state in its first steps, state tensors on another device than the
+  scale, sparse gradients) are listed in :mod:`ampcert.amp.torch_scaler_step`.  Syncs
+  made by the optimizer itself are outside the scaler's control.
 * ``step`` with ``sync_free=False``: one ``.item()`` per step (``GradScaler``'s
   behaviour; free on CPU, where it is the default).
 * ``get_scale()``, ``state_dict()``, pickling and ``trajectory()``: one sync each
@@ -100,12 +89,15 @@ import inspect
 import math
 import warnings
 import weakref
-from array import array
 from collections import abc, defaultdict
 from enum import Enum
 from typing import Any, cast
 
 import torch
+
+from .torch_scaler_ranks import ranks_to_sync, reduce_found_inf
+from .torch_scaler_step import masked_step, syncing_step
+from .torch_scaler_trajectory import Trajectory
 
 try:  # Share GradScaler's enum so code inspecting per-optimizer stages keeps working.
     from torch.amp.grad_scaler import OptState
@@ -118,11 +110,6 @@ except ImportError:  # pragma: no cover - very old torch
 
 
 __all__ = ["DynamicLossScaler", "OptState"]
-
-# Rows of telemetry per device buffer.  A row is (scale, found_inf, skipped) in float32:
-# 12 bytes per update on the device until trajectory() moves it to the host, where it
-# is kept in compact arrays (4 + 1 + 1 = 6 bytes per update).
-_TRAJECTORY_CHUNK = 1024
 
 
 class _MultiDeviceReplicator:
@@ -148,17 +135,6 @@ def _amp_definitely_not_available() -> bool:
     import importlib.util
 
     return not (torch.cuda.is_available() or importlib.util.find_spec("torch_xla"))
-
-
-def _same_host_value(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return False
-    try:
-        return bool(a == b)
-    except Exception:  # noqa: BLE001 - uncomparable objects count as changed
-        return False
 
 
 class DynamicLossScaler:
@@ -254,7 +230,7 @@ class DynamicLossScaler:
         self._max_scale = float(max_scale)
         self._sync_free = (device != "cpu") if sync_free is None else bool(sync_free)
         self._record_trajectory = record_trajectory
-        self._reset_trajectory_storage()
+        self._trajectory = Trajectory()
 
         if self._enabled:
             if growth_factor <= 1.0:
@@ -416,163 +392,16 @@ class DynamicLossScaler:
         optimizer_state["stage"] = OptState.UNSCALED
 
     # ------------------------------------------------------------------ ranks
-    def _ranks_to_sync(self) -> bool:
-        if self._sync_ranks is False:
-            return False
-        dist = torch.distributed
-        initialised = dist.is_available() and dist.is_initialized()
-        if not initialised:
-            if self._sync_ranks:
-                raise RuntimeError("sync_ranks=True, but torch.distributed is not initialised")
-            return False
-        return dist.get_world_size(self._process_group) > 1
-
     def _reduce_across_ranks(
         self, found_inf_per_device: dict[torch.device, torch.Tensor], device: torch.device
     ) -> dict[torch.device, torch.Tensor]:
-        """One overflow flag for all ranks: the MAX of every rank's flags, written back
-        into each per-device flag, so every rank skips (or applies) the same step."""
-        if not self._ranks_to_sync():
+        """The flags, made one decision for all ranks when ranks are synced
+        (:mod:`ampcert.amp.torch_scaler_ranks`)."""
+        if not ranks_to_sync(self._sync_ranks, self._process_group):
             return found_inf_per_device
-        flags = [t.to(device, non_blocking=True) for t in found_inf_per_device.values()]
-        # A rank without gradients still joins the collective, with a clear flag.
-        combined = torch.zeros((), dtype=torch.float32, device=device)
-        for t in flags:
-            combined = torch.maximum(combined, t.ne(0).to(torch.float32))
-        torch.distributed.all_reduce(combined, op=torch.distributed.ReduceOp.MAX, group=self._process_group)
-        for dev, t in found_inf_per_device.items():
-            t.copy_(combined.to(dev, non_blocking=True))
-        return found_inf_per_device
+        return reduce_found_inf(found_inf_per_device, device, self._process_group)
 
     # ------------------------------------------------------------------ step
-    def _maybe_opt_step(
-        self,
-        optimizer: torch.optim.Optimizer,
-        optimizer_state: dict[str, Any],
-        *args: Any,
-        **kwargs: Any,
-    ) -> Any:
-        """GradScaler's syncing path: ask the host whether to step."""
-        retval = None
-        if not sum(v.item() for v in optimizer_state["found_inf_per_device"].values()):
-            retval = optimizer.step(*args, **kwargs)
-        return retval
-
-    def _optimizer_found_inf(self, optimizer_state: dict[str, Any]) -> torch.Tensor:
-        scale = cast(torch.Tensor, self._scale)
-        found = [
-            t.to(scale.device, non_blocking=True)
-            for t in optimizer_state["found_inf_per_device"].values()
-        ]
-        total = found[0]
-        for t in found[1:]:
-            total = total + t
-        return total
-
-    def _snapshot_buffers(
-        self, optimizer: torch.optim.Optimizer, tensors: list[torch.Tensor]
-    ) -> list[torch.Tensor]:
-        signature = [(t.shape, t.dtype, t.device) for t in tensors]
-        cached = self._snapshots.get(optimizer)
-        if cached is not None and cached[0] == signature:
-            buffers = cached[1]
-        else:
-            buffers = [torch.empty_like(t, memory_format=torch.preserve_format) for t in tensors]
-            self._snapshots[optimizer] = (signature, buffers)
-        if tensors:
-            torch._foreach_copy_(buffers, tensors)
-        return buffers
-
-    def _masked_opt_step(
-        self,
-        optimizer: torch.optim.Optimizer,
-        optimizer_state: dict[str, Any],
-        *args: Any,
-        **kwargs: Any,
-    ) -> Any:
-        """Always step; undo the step on the device where this optimizer saw inf/NaN."""
-        params: list[torch.Tensor] = []
-        seen: set[int] = set()
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                if p.grad is not None and id(p) not in seen:
-                    seen.add(id(p))
-                    params.append(p)
-
-        state = optimizer.state
-        before: list[dict[str, Any]] = []  # shallow copy of each param's state dict
-        tensor_slots: list[tuple[int, str]] = []  # (param index, key) of state tensors
-        tracked: list[torch.Tensor] = list(params)
-        for i, p in enumerate(params):
-            st = dict(state[p]) if p in state else {}
-            before.append(st)
-            for k, v in st.items():
-                if isinstance(v, torch.Tensor):
-                    tensor_slots.append((i, k))
-                    tracked.append(v)
-        if any(t.is_sparse or (t.grad is not None and t.grad.is_sparse) for t in tracked):
-            return self._maybe_opt_step(optimizer, optimizer_state, *args, **kwargs)
-
-        found_inf = self._optimizer_found_inf(optimizer_state)
-        with torch.no_grad():
-            snaps = self._snapshot_buffers(optimizer, tracked)
-        retval = optimizer.step(*args, **kwargs)
-
-        # Did the step change the *structure* of the state (new buffers, new keys,
-        # changed Python values)?  That cannot be undone by a device-side select.
-        changed = False
-        for i, p in enumerate(params):
-            old = before[i]
-            new = state[p] if p in state else {}
-            if old.keys() != new.keys():
-                changed = True
-                break
-            for k, v in old.items():
-                nv = new[k]
-                if isinstance(v, torch.Tensor):
-                    if not (
-                        isinstance(nv, torch.Tensor)
-                        and nv.shape == v.shape
-                        and nv.dtype == v.dtype
-                        and nv.device == v.device
-                        and not nv.is_sparse
-                    ):
-                        changed = True
-                        break
-                elif not _same_host_value(v, nv):
-                    changed = True
-                    break
-            if changed:
-                break
-
-        with torch.no_grad():
-            if changed:
-                # One sync: decide on the host whether to keep the new state.
-                if found_inf.item():
-                    for p, snap in zip(params, snaps[: len(params)], strict=True):
-                        p.copy_(snap)
-                    for (i, k), snap in zip(tensor_slots, snaps[len(params) :], strict=True):
-                        before[i][k].copy_(snap)
-                    for i, p in enumerate(params):
-                        if before[i]:
-                            state[p] = before[i]
-                        elif p in state:
-                            del state[p]
-                    retval = None
-                return retval
-
-            skip = found_inf.ne(0)
-            masks: dict[torch.device, torch.Tensor] = {skip.device: skip}
-            currents = list(params) + [state[params[i]][k] for (i, k) in tensor_slots]
-            for cur, snap in zip(currents, snaps, strict=True):
-                mask = masks.get(cur.device)
-                if mask is None:
-                    # Blocking when cur is on the host: a sync (see module docstring).
-                    mask = skip.to(cur.device)
-                    masks[cur.device] = mask
-                torch.where(mask, snap, cur, out=cur)
-        return retval
-
     def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
         """Unscale (unless :meth:`unscale_` was called) and step, unless inf/NaN was found.
 
@@ -638,10 +467,12 @@ class DynamicLossScaler:
         if len(optimizer_state["found_inf_per_device"]) == 0:
             raise AssertionError("No inf checks were recorded for this optimizer.")
 
+        found_inf_per_device = optimizer_state["found_inf_per_device"]
         if self._sync_free:
-            retval = self._masked_opt_step(optimizer, optimizer_state, *args, **kwargs)
+            scale = cast(torch.Tensor, self._scale)
+            retval = masked_step(optimizer, found_inf_per_device, scale.device, self._snapshots, *args, **kwargs)
         else:
-            retval = self._maybe_opt_step(optimizer, optimizer_state, *args, **kwargs)
+            retval = syncing_step(optimizer, found_inf_per_device, *args, **kwargs)
         optimizer_state["stage"] = OptState.STEPPED
         return retval
 
@@ -711,59 +542,11 @@ class DynamicLossScaler:
                 skipped = skipped_infs[0]
                 for t in skipped_infs[1:]:
                     skipped = skipped + t
-            self._record(_scale, found_inf_combined, skipped)
+            self._trajectory.record(_scale, found_inf_combined, skipped, self._sync_free)
 
         self._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
 
     # ------------------------------------------------------------------ telemetry
-    def _reset_trajectory_storage(self) -> None:
-        self._traj_chunks: list[torch.Tensor] = []
-        self._traj_fill = 0
-        self._traj_scale = array("f")
-        self._traj_found = array("b")
-        self._traj_skipped = array("b")
-
-    def _record(
-        self, scale: torch.Tensor, found: torch.Tensor | None, skipped: torch.Tensor | None
-    ) -> None:
-        if scale.device.type == "cpu" and not self._sync_free:
-            # The syncing path already reads the device each step, and on a CPU a
-            # read is free: three host appends are ~10x cheaper than the three
-            # small tensor ops of the device path. (sync_free keeps the device
-            # path, so its no-read guarantee holds and stays testable on a CPU.)
-            self._materialise_trajectory()  # keep order if the device path was used before
-            self._traj_scale.append(scale.item())
-            self._traj_found.append(0 if found is None else int(found.item() != 0))
-            self._traj_skipped.append(0 if skipped is None else int(skipped.item() != 0))
-            return
-        if not self._traj_chunks or self._traj_fill == _TRAJECTORY_CHUNK:
-            self._traj_chunks.append(
-                torch.empty((_TRAJECTORY_CHUNK, 3), dtype=torch.float32, device=scale.device)
-            )
-            self._traj_fill = 0
-        zero = scale.new_zeros(())
-        row = self._traj_chunks[-1][self._traj_fill]
-        torch.stack(
-            (
-                scale,
-                zero if found is None else found.ne(0).to(torch.float32),
-                zero if skipped is None else skipped.ne(0).to(torch.float32),
-            ),
-            out=row,
-        )
-        self._traj_fill += 1
-
-    def _materialise_trajectory(self) -> None:
-        if not self._traj_chunks:
-            return
-        used = list(self._traj_chunks[:-1]) + [self._traj_chunks[-1][: self._traj_fill]]
-        rows = torch.cat(used).cpu()  # the one sync
-        self._traj_chunks = []
-        self._traj_fill = 0
-        self._traj_scale.extend(rows[:, 0].tolist())
-        self._traj_found.extend(int(v) for v in rows[:, 1].tolist())
-        self._traj_skipped.extend(int(v) for v in rows[:, 2].tolist())
-
     def trajectory(self) -> dict[str, list]:
         """Return the telemetry recorded since construction or :meth:`reset_trajectory`.
 
@@ -774,16 +557,11 @@ class DynamicLossScaler:
         ``skipped_steps`` if some optimizer's ``step()`` was skipped (or, with
         ``sync_free=True``, undone).  One sync, transferring only what is new.
         """
-        self._materialise_trajectory()
-        return {
-            "scale": list(self._traj_scale),
-            "found_inf": [bool(v) for v in self._traj_found],
-            "skipped_steps": [i for i, v in enumerate(self._traj_skipped) if v],
-        }
+        return self._trajectory.as_dict()
 
     def reset_trajectory(self) -> None:
         """Forget all recorded telemetry (frees its device and host memory)."""
-        self._reset_trajectory_storage()
+        self._trajectory = Trajectory()
 
     # ------------------------------------------------------------------ accessors
     def _get_scale_async(self) -> torch.Tensor | None:
@@ -878,7 +656,7 @@ class DynamicLossScaler:
             self._growth_tracker.fill_(state_dict["_growth_tracker"])
 
     def __getstate__(self) -> dict[str, Any]:
-        self._materialise_trajectory()
+        self._trajectory.collect()
         state = self.__dict__.copy()
         state["_snapshots"] = None
         state["_process_group"] = None  # process groups do not pickle: the default group after loading
@@ -897,6 +675,11 @@ class DynamicLossScaler:
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("_sync_ranks", None)  # pickled before the field existed
         state.setdefault("_process_group", None)
+        if "_trajectory" not in state:  # pickled while the trajectory lived in the scaler
+            state["_trajectory"] = Trajectory(state.pop("_traj_scale", ()), state.pop("_traj_found", ()),
+                                              state.pop("_traj_skipped", ()))
+            state.pop("_traj_chunks", None)  # empty: collected before pickling
+            state.pop("_traj_fill", None)
         self.__dict__.update(state)
         self._snapshots = weakref.WeakKeyDictionary()
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import textwrap
+from importlib.resources import files
+from pathlib import Path
 
 import pytest
 import torch
@@ -197,3 +199,64 @@ def test_native_reference_lists_the_installed_torchs_autocast_kernels(device, ke
 def test_cuda_audit_on_gpu():
     rows = audit_torch("cuda")
     assert [r for r in rows if not r.agree] == []
+
+
+# ---- the audit's data files ------------------------------------------------------------
+def test_the_tables_are_package_data():
+    from ampcert.amp.audit_samples import DATA_DIR
+
+    assert DATA_DIR == Path(str(files("ampcert").joinpath("amp", "data")))
+    assert {p.name for p in DATA_DIR.glob("*.yaml")} == {"torch_audit_samples.yaml", "torch_autocast_reference.yaml"}
+    assert set(NATIVE_REFERENCE) == {"cpu", "cuda"} and set(KNOWN_DIVERGENCES) == {"cpu", "cuda"}
+    for fams in NATIVE_REFERENCE.values():
+        assert list(fams) == list(FAMILIES) and all(isinstance(ops, tuple) for ops in fams.values())
+
+
+def test_a_builder_is_the_call_it_spells():
+    from ampcert.amp.audit_samples import Inputs, parse_builder
+
+    thunk = parse_builder("F.linear(t(4, 8), t(6, 8), bias=t(6))")(Inputs("mix", torch.bfloat16, "cpu"))
+    assert thunk.func is torch.nn.functional.linear
+    (x, w), bias = thunk.args, thunk.keywords["bias"]
+    assert (x.dtype, w.dtype, bias.dtype) == (torch.float32, torch.bfloat16, torch.bfloat16)
+    assert x.shape == (4, 8) and bias.shape == (6,)
+    same = Inputs("mix", torch.bfloat16, "cpu")  # the same generator, the same values, in order
+    assert torch.equal(x, same(4, 8)) and torch.equal(w, same(6, 8))
+    first = parse_builder({"let": {"q": "t(2, 3)"}, "call": "first(torch.sort(q, dim=-1))"})
+    assert first(Inputs("f32", torch.bfloat16, "cpu"))().shape == (2, 3)  # the values only, not the indices
+    cat = parse_builder("torch.cat((t(2), t(3)), dim=-1)")(Inputs("low", torch.float16, "cpu"))
+    assert type(cat.args[0]) is tuple and cat().dtype == torch.float16
+
+
+@pytest.mark.parametrize("text, why", [
+    ("__import__('os').system('true')", "expected the op's entry point in ['F', 'torch']"),
+    ("torch.exp(__import__('os').system('true'))", "unknown name '__import__'"),
+    ("torch.Tensor.__class__.__subclasses__()", "'__subclasses__' is not one of the Tensor operators"),
+    ("torch.exp(open('/etc/passwd'))", "unknown name 'open'"),
+    ("torch.exp(t(4) * 2)", "unsupported syntax BinOp"),
+    ("torch.exp((lambda: t(4))())", "unsupported syntax Lambda"),
+    ("torch.exp(t.n_float)", "t.n_float: expected one of"),
+    ("t(4)", "expected the op's entry point in ['F', 'torch']"),
+    ("torch.exp(first(t(4)))", "first(...) only around the outermost call"),
+    ("torch.exp(t(4)", "not a Python expression"),
+    ("torch.exp", "expected a call of the op's entry point"),
+])
+def test_the_builder_language_refuses_anything_else(text, why):
+    from ampcert.amp.audit_samples import SampleError, load_samples
+
+    with pytest.raises(SampleError) as info:
+        load_samples({"exp": ["torch.exp(t(4))", text]}, "samples.yaml")
+    msg = str(info.value)
+    assert msg.startswith("samples.yaml: exp[1]: ") and "\n" not in msg
+    assert why in msg, msg
+
+
+def test_missing_data_is_a_one_line_reinstall_error(tmp_path, monkeypatch):
+    import ampcert.amp.audit_samples as samples_mod
+
+    monkeypatch.setattr(samples_mod, "DATA_DIR", tmp_path)
+    with pytest.raises(samples_mod.SampleError, match="missing from this installation .* reinstall ampcert"):
+        samples_mod.read_data("torch_audit_samples.yaml")
+    (tmp_path / "bad.yaml").write_text("a: [1\n")
+    with pytest.raises(samples_mod.SampleError, match="bad.yaml: expected well-formed YAML"):
+        samples_mod.read_data("bad.yaml")

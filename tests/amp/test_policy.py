@@ -257,6 +257,31 @@ BAD_CASES = {
         """,
         ["device_type", "expected 'cpu'"],
     ),
+    "name_with_control_characters": (
+        """
+        name: "mine\\e[31m"
+        device_type: cpu
+        families: {fp32: [softmax]}
+        """,
+        ["name", "expected one line of printable text"],
+    ),
+    "description_with_control_characters": (
+        """
+        name: mine
+        description: "fine\\x07"
+        device_type: cpu
+        families: {fp32: [softmax]}
+        """,
+        ["description", "expected printable text"],
+    ),
+    "shipped_name_for_other_ops": (
+        """
+        name: torch-cpu
+        extends: torch-cpu
+        overrides: {softmax: fp32}
+        """,
+        ["name: expected a name of its own", "'torch-cpu'", "extends: torch-cpu"],
+    ),
     "uncast_if_mixed_not_in_policy": (
         """
         name: bad
@@ -297,3 +322,40 @@ def test_missing_file_and_unknown_device():
         load_policy("/nonexistent/policy.yaml")
     with pytest.raises(PolicyError, match="device_type"):
         shipped_policy("tpu")
+
+
+# ---- fields a file cannot set ------------------------------------------------------
+def test_the_effective_digest_is_computed_never_given():
+    with pytest.raises(TypeError, match="effective_sha256"):
+        OpPolicy(name="p", device_type="cpu", ops={"mm": "fp32"}, effective_sha256="0" * 64)  # type: ignore[call-arg]
+    pol = OpPolicy(name="p", device_type="cpu", ops={"mm": "fp32"})
+    assert pol.effective_sha256 == dataclasses.replace(pol, name="q").effective_sha256 != ""
+
+
+def test_a_file_can_set_none_of_the_computed_fields(tmp_path):
+    """sha256, source and effective_sha256 describe the file; a file naming them is refused."""
+    for key in ("sha256", "effective_sha256", "source", "ops"):
+        path = write(tmp_path, f"name: p\ndevice_type: cpu\nfamilies: {{fp32: [mm]}}\n{key}: x\n", name=f"{key}.yaml")
+        with pytest.raises(PolicyError, match=f"{key}: expected one of the keys"):
+            load_policy(path)
+
+
+def test_a_verbatim_copy_of_a_shipped_policy_keeps_its_name(tmp_path):
+    """`ampcert show policy torch-cpu > mine.yaml` loads: it is that policy. Once its ops
+    differ it may no longer carry the shipped name (see BAD_CASES)."""
+    shipped = shipped_policy("cpu")
+    copy = write(tmp_path, shipped.source.read_text(), name="mine.yaml")
+    pol = load_policy(copy)
+    assert pol.name == "torch-cpu" and pol.effective_sha256 == shipped.effective_sha256
+    assert pol.source == copy.resolve()
+
+
+def test_a_shipped_policy_is_named_by_its_file(tmp_path, monkeypatch):
+    import ampcert.amp.policy as policy_mod
+
+    (tmp_path / "torch-cpu.yaml").write_text(shipped_policy("cpu").source.read_text())
+    (tmp_path / "torch-other.yaml").write_text(shipped_policy("cpu").source.read_text())
+    monkeypatch.setattr(policy_mod, "POLICY_DIR", tmp_path)
+    assert load_policy(tmp_path / "torch-cpu.yaml").name == "torch-cpu"
+    with pytest.raises(PolicyError, match="name: expected 'torch-other' .a shipped policy is named by its file."):
+        load_policy(tmp_path / "torch-other.yaml")

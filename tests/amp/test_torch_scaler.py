@@ -9,6 +9,7 @@ import copy
 import math
 import pickle
 import random
+from array import array
 
 import pytest
 import torch
@@ -265,6 +266,25 @@ def test_pickle_round_trip_keeps_scale_and_trajectory():
     assert clone.trajectory() == s.trajectory()
     _overflow_step(clone, opt, p)
     assert clone.trajectory()["skipped_steps"] == [0, 2]
+
+
+def test_a_scaler_pickled_with_the_trajectory_in_the_scaler_still_loads():
+    """Before the trajectory had its module (torch_scaler_trajectory), its arrays were
+    the scaler's own _traj_* fields; such a pickle loads into a Trajectory."""
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=0.1, momentum=0.9)
+    s = make(True, init_scale=2.0**9)
+    _overflow_step(s, opt, p)
+    _clean_step(s, opt, p)
+    state = s.__getstate__()
+    traj = state.pop("_trajectory")
+    state.update(_traj_chunks=[], _traj_fill=0, _traj_scale=array("f", traj._scale),
+                 _traj_found=array("b", traj._found), _traj_skipped=array("b", traj._skipped))
+    old = DynamicLossScaler.__new__(DynamicLossScaler)
+    old.__setstate__(state)
+    assert old.trajectory() == s.trajectory() and not any(k.startswith("_traj_") for k in vars(old))
+    _overflow_step(old, opt, p)
+    assert old.trajectory()["skipped_steps"] == [0, 2]
 
 
 # --------------------------------------------------------------------------- 4. multi-optimizer

@@ -60,7 +60,7 @@ def _jax_run(plan, **kw):
         param = select_tree(finite, param - grad, param)
         return param, ls.adjust(finite)
 
-    ls = DynamicLossScale.create(2.0**16, period=PERIOD, **kw)
+    ls = DynamicLossScale.create(2.0**16, growth_interval=PERIOD, **kw)
     param = jnp.zeros((1,))
     scales, skipped = [], []
     for i, kind in enumerate(plan):
@@ -72,12 +72,11 @@ def _jax_run(plan, **kw):
     return scales, skipped
 
 
-@pytest.mark.parametrize("bounds", [{}, {"min_loss_scale": 0.0, "max_loss_scale": math.inf}],
+@pytest.mark.parametrize("bounds", [{}, {"min_scale": 0.0, "max_scale": math.inf}],
                          ids=["ampcert-bounds", "gradscaler-unbounded"])
 def test_same_gradients_give_the_same_scales_and_skips_as_the_torch_scaler(bounds):
     plan = _plan()
-    torch_kw = {"min_scale": bounds["min_loss_scale"], "max_scale": bounds["max_loss_scale"]} if bounds else {}
-    t_scales, t_skipped = _torch_run(plan, **torch_kw)
+    t_scales, t_skipped = _torch_run(plan, **bounds)  # the same knobs under the same names
     j_scales, j_skipped = _jax_run(plan, **bounds)
     assert j_scales == t_scales
     assert j_skipped == t_skipped
@@ -87,15 +86,17 @@ def test_same_gradients_give_the_same_scales_and_skips_as_the_torch_scaler(bound
 
 
 def test_every_field_survives_jit_tree_map_and_flatten():
-    ls = DynamicLossScale.create(1024.0, period=5, factor=4.0, backoff=0.25, min_loss_scale=8.0,
-                                 max_loss_scale=2.0**20)
+    ls = DynamicLossScale.create(1024.0, growth_interval=5, growth_factor=4.0, backoff_factor=0.25, min_scale=8.0,
+                                 max_scale=2.0**20)
     leaves, treedef = jax.tree_util.tree_flatten(ls)
     assert len(leaves) == 2  # scale and counter are the only array leaves
+    assert treedef.unflatten([None, None]).loss_scale is None  # rebuilt with what it is given (vmap in_axes)
     again = jax.tree_util.tree_unflatten(treedef, leaves)
     mapped = jax.tree_util.tree_map(lambda x: x, ls)
     through_jit = jax.jit(lambda s: s)(ls)
     for other in (again, mapped, through_jit):
-        assert (other.period, other.factor, other.backoff, other.min_loss_scale, other.max_loss_scale) == \
+        assert (other.growth_interval, other.growth_factor, other.backoff_factor, other.min_scale,
+                other.max_scale) == \
             (5, 4.0, 0.25, 8.0, 2.0**20)
         assert float(other.loss_scale) == 1024.0 and int(other.counter) == 0
     # the floor is honoured after jit (jmp's min_loss_scale is lost here)
@@ -117,7 +118,74 @@ def test_unscale_is_fp32_and_keeps_leaf_dtypes():
 
 
 def test_bad_configuration_is_refused():
-    with pytest.raises(ValueError, match="factor"):
-        DynamicLossScale(factor=1.0)
-    with pytest.raises(ValueError, match="max_loss_scale"):
-        DynamicLossScale(min_loss_scale=4.0, max_loss_scale=2.0)
+    with pytest.raises(ValueError, match="growth_factor"):
+        DynamicLossScale(growth_factor=1.0)
+    with pytest.raises(ValueError, match="max_scale"):
+        DynamicLossScale(min_scale=4.0, max_scale=2.0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'periodd'"):
+        DynamicLossScale(periodd=3)
+
+
+# --------------------------------------------------------------------------- option names
+
+TORCH_NAMES = {"growth_interval": 5, "growth_factor": 4.0, "backoff_factor": 0.25, "min_scale": 8.0,
+               "max_scale": 2.0**20}
+
+
+def test_the_knobs_have_the_torch_scalers_names():
+    """init_scale, growth_interval, growth_factor, backoff_factor, min_scale and max_scale
+    mean the same in both scalers: the same keywords build both."""
+    pytest.importorskip("torch")
+    from ampcert.amp import DynamicLossScaler
+
+    ls = DynamicLossScale(init_scale=1024.0, **TORCH_NAMES)
+    scaler = DynamicLossScaler("cpu", init_scale=1024.0, **TORCH_NAMES)
+    assert float(ls.loss_scale) == scaler.get_scale() == 1024.0
+    assert (ls.growth_interval, ls.growth_factor, ls.backoff_factor, ls.min_scale, ls.max_scale) == (
+        scaler.get_growth_interval(), scaler.get_growth_factor(), scaler.get_backoff_factor(),
+        scaler.get_min_scale(), scaler.get_max_scale())
+    # init_scale is clamped into the bounds, as the torch scaler clamps it
+    assert float(DynamicLossScale(init_scale=4.0, min_scale=8.0).loss_scale) == 8.0
+    assert DynamicLossScaler("cpu", init_scale=4.0, min_scale=8.0).get_scale() == 8.0
+    assert float(DynamicLossScale.create(init_scale=2.0**30).loss_scale) == 2.0**24
+
+
+OLD_NAMES = {"period": ("growth_interval", 5), "factor": ("growth_factor", 4.0),
+             "backoff": ("backoff_factor", 0.25), "min_loss_scale": ("min_scale", 8.0),
+             "max_loss_scale": ("max_scale", 2.0**20)}
+
+
+@pytest.mark.parametrize("old", sorted(OLD_NAMES))
+def test_an_old_name_still_works_with_a_deprecation_warning_naming_the_new_one(old):
+    new, value = OLD_NAMES[old]
+    for build in (lambda **kw: DynamicLossScale(**kw), lambda **kw: DynamicLossScale.create(1024.0, **kw)):
+        with pytest.warns(DeprecationWarning, match=f"'{old}' is deprecated, use '{new}'") as rec:
+            ls = build(**{old: value})
+        assert rec[0].filename == __file__  # the warning points at the caller
+        assert getattr(ls, new) == value
+        with pytest.warns(DeprecationWarning, match=f"'{old}' is deprecated, use '{new}'"):
+            assert getattr(ls, old) == value  # reading the old attribute too
+        with pytest.raises(TypeError, match=f"both '{old}' and its new name '{new}'"):
+            build(**{old: value, new: value})
+
+
+def test_old_names_survive_jit_as_the_new_ones():
+    with pytest.warns(DeprecationWarning):
+        ls = DynamicLossScale.create(initial=1024.0, period=5, factor=4.0, backoff=0.25, min_loss_scale=8.0,
+                                     max_loss_scale=2.0**20)
+    assert float(ls.loss_scale) == 1024.0  # initial= is init_scale=
+    through_jit = jax.jit(lambda s: s.adjust(jnp.asarray(False)))(ls)
+    assert (through_jit.growth_interval, through_jit.growth_factor, through_jit.backoff_factor,
+            through_jit.min_scale, through_jit.max_scale) == tuple(TORCH_NAMES.values())
+    assert float(through_jit.loss_scale) == 256.0
+    with pytest.warns(DeprecationWarning, match="'initial' is deprecated, use 'init_scale'"):
+        assert float(DynamicLossScale.create(initial=2.0).loss_scale) == 2.0
+
+
+def test_the_scale_state_keeps_its_name_loss_scale():
+    """``loss_scale`` is the state (the current scale), not a knob: it keeps its name
+    (the JAX backend reads ``state.loss_scale``)."""
+    ls = DynamicLossScale(init_scale=32.0)
+    assert isinstance(ls.loss_scale, jax.Array) and float(ls.loss_scale) == 32.0
+    with pytest.raises(TypeError, match="both loss_scale"):
+        DynamicLossScale(loss_scale=jnp.asarray(1.0), init_scale=2.0)

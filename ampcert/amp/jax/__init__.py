@@ -16,7 +16,8 @@
 - :class:`DynamicLossScale` is the torch scaler's state machine as a pytree
   that keeps all its fields through jit and tree_map.
 
-Nothing in this package imports the rest of ampcert (only ampcert.amp.policy).
+Nothing in this package imports the rest of ampcert (only ampcert.amp.policy and
+ampcert.amp.precision), nor torch.
 """
 
 from ampcert.amp.jax.autocast import (

@@ -37,6 +37,8 @@ from .primitives import REGION_KINDS
 __all__ = ["JaxAuditRow", "RegionRow", "SAMPLES", "audit_jax", "audit_regions", "format_jax_table",
            "format_region_table"]
 
+# Dtypes as jaxprs print them (``f32[8,16]``, ``bf16[]``): JAX's own notation for what the
+# rewriter produced, not precision names (those are :mod:`ampcert.amp.precision`'s).
 _SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64"}
 
 

@@ -76,13 +76,17 @@ from jax.extend import linear_util as lu
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, jaxpr_as_fun, jaxprs_in_params
 
 from ..policy import OpPolicy, PolicyError, load_policy, shipped_policy
-from . import primitives as P
+from ..precision import LOW_PRECISIONS, PRECISIONS, dtype_name
 from .compat import Region, region_for
+from .primitives import SAME_DTYPE
 
 __all__ = ["AutocastFunction", "RewriteReport", "autocast", "iter_eqns", "jax_policy"]
 
 _F32 = np.dtype(np.float32)
-_CASTABLE = frozenset({np.dtype(jnp.bfloat16), np.dtype(np.float16), _F32})
+#: The dtypes of the precisions (one table for torch and JAX: :mod:`ampcert.amp.precision`):
+#: the low ones autocast runs in, and every one it casts between.
+_LOW = tuple(np.dtype(jnp.dtype(dtype_name(p))) for p in LOW_PRECISIONS)
+_CASTABLE = frozenset(np.dtype(jnp.dtype(dtype_name(p))) for p in PRECISIONS)
 
 
 def jax_policy(policy: OpPolicy | str | None = None) -> OpPolicy:
@@ -251,7 +255,7 @@ class _Rewriter:
             return self._bind(eqn, invals)
         floats = [d for d in dts if _is_float(d)]
         mixed = len(set(floats)) > 1
-        if family == "promote" or (mixed and name in P.SAME_DTYPE):
+        if family == "promote" or (mixed and name in SAME_DTYPE):
             if mixed:
                 self.report.cast["promote"] += 1
                 invals = self._unify(invals, dts, weak_in)
@@ -410,7 +414,7 @@ class AutocastFunction:
 
     def __init__(self, fn: Callable, policy: OpPolicy, dtype: Any):
         self.fn, self.policy, self.dtype = fn, policy, np.dtype(dtype)
-        if self.dtype not in (np.dtype(jnp.bfloat16), np.dtype(np.float16)):
+        if self.dtype not in _LOW:
             raise ValueError(f"autocast dtype must be bfloat16 or float16, got {self.dtype}")
         self._cache: dict[Any, _Entry] = {}
         #: number of times ``fn`` was traced and rewritten (for tests and curiosity)
