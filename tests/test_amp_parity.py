@@ -29,12 +29,12 @@ def _train(amp: str, precision: str, seed: int) -> dict:
 def test_ampcert_matches_native_accuracy_on_digits(precision):
     for seed in (0, 1):
         native, ours = _train("native", precision, seed), _train("ampcert", precision, seed)
-        assert native["final_metric"] > 0.85  # it actually learned
-        assert abs(ours["final_metric"] - native["final_metric"]) <= 0.005, (seed, native["final_metric"],
-                                                                            ours["final_metric"])
-        assert ours["policy"]["name"] == "torch-cpu" and len(ours["policy"]["sha256"]) == 64
+        assert native.final_metric > 0.85  # it actually learned
+        assert abs(ours.final_metric - native.final_metric) <= 0.005, (seed, native.final_metric,
+                                                                            ours.final_metric)
+        assert ours.amp_policy["name"] == "torch-cpu" and len(ours.amp_policy["sha256"]) == 64
         if precision == "fp16":
-            assert ours["loss_scale"] == native["loss_scale"]
-            assert ours["skipped_steps"] == native["skipped_steps"]
+            assert ours.loss_scale == native.loss_scale
+            assert ours.skipped_steps == native.skipped_steps
         # Identical dtype decisions give identical arithmetic.
-        assert ours["loss"] == native["loss"]
+        assert ours.loss == native.loss

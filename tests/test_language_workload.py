@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from ampcert import mllog
 from ampcert.errors import UserError
-from ampcert.workloads import gpt, text, torch_models
+from ampcert.workloads import gpt, gpt_prep, text, torch_models
 from ampcert.workloads.base import DataError, TorchTask, Workload, warmup_cosine
 
 GPT_PATH = "ampcert.workloads.gpt:WORKLOAD"
@@ -237,7 +237,8 @@ def test_bits_per_byte_does_not_depend_on_chunking(monkeypatch):
     x, y = torch.randint(0, 256, (7, 16)), torch.randint(0, 256, (7, 16))
     with torch.no_grad():
         whole = gpt.bits_per_byte(model, x, y)
-        monkeypatch.setattr(gpt, "EVAL_TOKENS_PER_CHUNK", 32)  # 2 rows at a time, ragged tail
+        # (where the models read it: gpt re-exports it from gpt_prep)
+        monkeypatch.setattr(gpt_prep, "EVAL_TOKENS_PER_CHUNK", 32)  # 2 rows at a time, ragged tail
         chunked = gpt.bits_per_byte(model, x, y)
     assert chunked == pytest.approx(whole, abs=1e-6)
 
@@ -333,10 +334,10 @@ def test_tiny_fp32_training_reaches_the_declared_target(one_thread):
     })
     (spec,) = expand(suite, "cpu")
     out = torch_backend.train(spec, mllog.MLLogger(io.StringIO()))
-    assert out["target_reached"], out["evals"]
-    assert out["steps_to_target"] <= 200
-    assert out["final_metric"] <= budget.target
-    assert out["evals"][0]["value"] < 8.0  # first eval already beats a uniform guess
+    assert out.target_reached, out.evals
+    assert out.steps_to_target <= 200
+    assert out.final_metric <= budget.target
+    assert out.evals[0].value < 8.0  # first eval already beats a uniform guess
 
 
 def test_default_corpus_cut_too_short_is_a_data_error():

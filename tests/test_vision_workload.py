@@ -335,6 +335,6 @@ def test_tiny_reaches_its_declared_target_on_digits_in_fp32():
     finally:
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(deterministic)
-    assert result["target_reached"], result["evals"]
-    assert result["steps_to_target"] <= 250
-    assert result["data_info"]["source"] == "digits"
+    assert result.target_reached, result.evals
+    assert result.steps_to_target <= 250
+    assert result.data_info["source"] == "digits"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ampcert.amp.precision import dtype_name
 from ampcert.resources import config_path
 
 SPEEDUP_THRESHOLD = 1.1
@@ -66,17 +67,19 @@ def probe(device: str, precisions: list[str], backend: str = "torch") -> dict[st
     through the framework that will train (``torch`` or ``jax``)."""
     n = _SIZES[device]
     if backend == "jax":
-        dtypes: dict[str, Any] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+        dtype = dtype_name  # XLA takes the name
         timer = _time_matmul_jax
     else:
         import torch
 
-        dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+        def dtype(precision: str) -> Any:
+            return getattr(torch, dtype_name(precision))
+
         timer = _time_matmul
         if device == "cuda":
             # Plain fp32 is the reference; TF32 would blur the comparison.
             torch.backends.cuda.matmul.allow_tf32 = False
-    base = timer(dtypes["fp32"], device, n, reps=20)
+    base = timer(dtype("fp32"), device, n, reps=20)
     flops = 2.0 * n**3
     out: dict[str, dict[str, Any]] = {
         "fp32": {"accelerated": True, "speedup_vs_fp32": 1.0, "note": "reference precision",
@@ -88,9 +91,9 @@ def probe(device: str, precisions: list[str], backend: str = "torch") -> dict[st
         try:
             # Slow paths are ~100x slower: a couple of repetitions is plenty. A fast one gets
             # as many as fp32 had, so that one disturbed repetition cannot flip the verdict.
-            t = timer(dtypes[precision], device, n, reps=3 if device == "cpu" else 10)
+            t = timer(dtype(precision), device, n, reps=3 if device == "cpu" else 10)
             if t * 20 < 0.5:
-                t = min(t, timer(dtypes[precision], device, n, reps=20))
+                t = min(t, timer(dtype(precision), device, n, reps=20))
             speedup = base / t
         except RuntimeError as exc:  # e.g. no kernel for this dtype on this device
             out[precision] = {"accelerated": False, "speedup_vs_fp32": None,

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from ampcert.backends.contract import Unsupported
+
 CONTINUE, STOP, FAIL = 0, 1, 2
 
 
@@ -40,10 +42,8 @@ class DistContext:
         return self.rank == 0
 
     def check_batch(self, batch_size: int) -> None:
-        from ampcert.backends.torch_backend import RunFailed
-
         if batch_size % self.world:
-            raise RunFailed(f"global batch {batch_size} does not split into {self.world} equal per-rank "
+            raise Unsupported(f"global batch {batch_size} does not split into {self.world} equal per-rank "
                             "shards; choose a batch_size divisible by the world size "
                             "(nnodes x nproc_per_node)")
 
@@ -108,6 +108,10 @@ class NullTelemetry:
 
     def stop(self, train_samples: int | None = None, **_: Any) -> dict[str, Any]:
         return {"energy": {"train_j": None, "scope": None, "method": None, "reason": self.reason}}
+
+    def series(self) -> None:
+        """No samples: this rank wrote none."""
+        return None
 
     def close(self) -> None:
         pass

@@ -7,7 +7,9 @@ Precision, applied here and only here:
 - fp16: the same with float16, plus :class:`~ampcert.amp.jax.DynamicLossScale`:
   the loss is scaled, gradients unscaled in fp32, and a step with non-finite
   gradients is skipped with ``select_tree`` inside the jitted step (no host
-  round-trip), the scale backing off as torch's GradScaler's would.
+  round-trip), the scale backing off as torch's GradScaler's would. A run
+  that does not scale goes through the same step with a no-op scale
+  (:mod:`~ampcert.backends.jax_scaling`).
 
 JAX has no autocast of its own, so ``amp: native`` does not exist here; the
 harness refuses it at planning time.
@@ -41,10 +43,11 @@ from typing import Any
 import numpy as np
 
 from ampcert import mllog
+from ampcert.amp.precision import LOW_PRECISIONS, dtype_name
 from ampcert.backends import loop
+from ampcert.backends.contract import NonFiniteLoss, PhaseTimes, TrainOutcome, Unsupported
+from ampcert.results import EvalPoint, Measured
 from ampcert.spec import RunSpec
-
-DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
 
 
 def _configure_xla(device: str) -> dict[str, Any]:
@@ -66,9 +69,9 @@ def params_digest(params: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
-def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
-    """Train one run and return the RunResult fields it measured (telemetry
-    as in the torch backend: ``out["telemetry"]`` and ``out["telemetry_series"]``)."""
+def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None = None) -> TrainOutcome:
+    """Train one run and return what it measured, as the torch backend does
+    (see :mod:`ampcert.backends.contract`)."""
     from ampcert.telemetry import Telemetry, ensure_pci_bus_order, jax_memory
 
     xla = _configure_xla(spec.device)
@@ -84,32 +87,29 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
 
 
 def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None,
-           tel, xla: dict[str, Any]) -> dict[str, Any]:
+           tel, xla: dict[str, Any]) -> TrainOutcome:
     progress = progress or (lambda _: None)
-    t_other = time.perf_counter()
 
     import jax
     import jax.numpy as jnp
     import optax
 
-    from ampcert.amp.jax import DynamicLossScale, all_finite, autocast, jax_policy, select_tree
-    from ampcert.backends.loop import RunFailed, step_time_stats, step_times_ms
+    from ampcert.amp.jax import autocast, jax_policy
+    from ampcert.backends import jax_scaling
+    from ampcert.backends.loop import step_time_stats, step_times_ms
     from ampcert.workloads import registry
 
-    out: dict[str, Any] = {}
     device = spec.device
     log.start(mllog.INIT_START)
     determinism = loop.seed_host(spec.seed)  # for a user's workload that draws from numpy's global generator
     # XLA's CPU kernels are deterministic; on a GPU _configure_xla asked for
     # deterministic ops (the certify determinism check reads this field).
     determinism.update(xla, deterministic_algorithms=True, jax=jax.__version__, jax_backend=jax.default_backend())
-    out["determinism"] = determinism
     workload = registry.get(spec.workload)
     build_jax = getattr(workload, "build_jax", None)
     if build_jax is None:
-        raise RunFailed(f"workload {spec.workload!r} has no JAX version (no build_jax)")
+        raise Unsupported(f"workload {spec.workload!r} has no JAX version (no build_jax)")
     params_model = workload.Params.model_validate(spec.params)
-    out["metric"], out["higher_is_better"] = workload.metric, workload.higher_is_better
 
     t_build = time.perf_counter()
     task = build_jax(params_model, spec.seed, device)
@@ -121,20 +121,20 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     eval_x, eval_y = np.asarray(task.eval_x), np.asarray(task.eval_y)
     build_s = time.perf_counter() - t_build
 
-    low = DTYPE_NAMES.get(spec.precision)
     policy = None
     loss_of = _loss_of(task)
     predict_fn = lambda p, s, x: task.apply(p, s, x, False)[0]  # noqa: E731
-    if low is not None:
+    if spec.precision in LOW_PRECISIONS:
+        low = jnp.dtype(dtype_name(spec.precision))
         policy = jax_policy(spec.policy)
-        loss_of = autocast(loss_of, policy, jnp.dtype(low))
-        predict_fn = autocast(predict_fn, policy, jnp.dtype(low))
-        out["policy"] = {"name": policy.name, "sha256": policy.sha256,
-                         "effective_sha256": policy.effective_sha256, "source": str(policy.source)}
+        loss_of = autocast(loss_of, policy, low)
+        predict_fn = autocast(predict_fn, policy, low)
+        amp_policy = {"name": policy.name, "sha256": policy.sha256,
+                      "effective_sha256": policy.effective_sha256, "source": str(policy.source)}
     else:
-        out["policy"] = {"name": "none (fp32)"}
-    use_scale = spec.precision == "fp16" and spec.loss_scaling
-    loss_scale = DynamicLossScale() if use_scale else None
+        amp_policy = {"name": "none (fp32)"}
+    scaling = jax_scaling.for_run(spec.precision, spec.loss_scaling)
+    guard = scaling.guard
 
     budget = spec.train
     limit = budget.step_limit
@@ -144,19 +144,15 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     def step_fn(params, opt_state, state, scale, lr, x, y):
         def objective(p):
             loss, new_state = loss_of(p, state, x, y)
-            return (scale.scale(loss) if scale is not None else loss), (loss, new_state)
+            return scale.scale(loss), (loss, new_state)
 
         grads, (loss, new_state) = jax.grad(objective, has_aux=True)(params)
-        if scale is not None:
-            grads = scale.unscale(grads)
+        grads = scale.unscale(grads)
         updates, new_opt = task.optimizer.update(grads, opt_state, params)
         updates = jax.tree_util.tree_map(lambda u: u * lr, updates)
         new_params = optax.apply_updates(params, updates)
-        if scale is None:
-            return new_params, new_opt, new_state, None, loss, None
-        finite = all_finite(grads)
-        new_params, new_opt = select_tree(finite, (new_params, new_opt), (params, opt_state))
-        return new_params, new_opt, new_state, scale.adjust(finite), loss, finite
+        (new_params, new_opt), new_scale, finite = guard(scale, grads, (new_params, new_opt), (params, opt_state))
+        return new_params, new_opt, new_state, new_scale, loss, finite
 
     # Donating the old parameters and optimizer state lets XLA update in place
     # (CPU XLA ignores donation, with a warning, so only on GPU).
@@ -164,18 +160,16 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     predict = jax.jit(predict_fn)
 
     eval_key = "eval_accuracy" if workload.metric == "accuracy" else f"eval_{workload.metric}"
-    loop.log_run_config(log, spec, task.batch_size, len(train_x), len(eval_x), out["policy"]["name"],
+    loop.log_run_config(log, spec, task.batch_size, len(train_x), len(eval_x), amp_policy["name"],
                         [("backend", "jax")])
 
     durations: list[float] = []
     losses: list[float] = []
-    scales: list[float] = []
-    skipped: list[int] = []
-    evals: list[dict[str, Any]] = []
+    evals: list[EvalPoint] = []
     batches = loop.index_batches(len(train_x), task.batch_size, spec.seed)
     train_s = eval_s = data_s = 0.0
     compile_s: float | None = None
-    reached_at: dict[str, Any] | None = None
+    reached: loop.Reached | None = None
 
     log.start(mllog.RUN_START)
     run_start = time.perf_counter()
@@ -185,7 +179,6 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         log.start(mllog.BLOCK_START, metadata={"first_step": step + 1, "step_count": window})
         tel.phase("train")
         window_losses: list[Any] = []
-        window_scale: list[tuple[Any, Any]] = []
         for _ in range(window):
             step += 1
             t0 = time.perf_counter()
@@ -196,8 +189,8 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
             x, y = jnp.asarray(x), jnp.asarray(y)
             t_data = time.perf_counter()
             data_s += t_data - t0
-            params, opt_state, state, loss_scale, loss, finite_grads = step_jit(
-                params, opt_state, state, loss_scale, lr_table[step - 1], x, y)
+            params, opt_state, state, scale_state, loss, finite_grads = step_jit(
+                params, opt_state, state, scaling.state, lr_table[step - 1], x, y)
             jax.block_until_ready((params, loss))
             elapsed = time.perf_counter() - t0
             if compile_s is None:
@@ -206,21 +199,11 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
                 durations.append(elapsed)
                 train_s += elapsed
             window_losses.append(loss)
-            if loss_scale is not None:
-                window_scale.append((loss_scale.loss_scale, finite_grads))
+            scaling.observe(scale_state, finite_grads, step)
         log.end(mllog.BLOCK_STOP, metadata={"first_step": step - window + 1, "step_count": window})
         values = [float(v) for v in window_losses]
         losses.extend(values)
-        for i, (scale_after, finite_grads) in enumerate(window_scale):
-            scales.append(float(scale_after))
-            if not bool(finite_grads):
-                skipped.append(step - window + 1 + i)
-        finite = [math.isfinite(v) for v in values]
-        if loss_scale is None and not all(finite):
-            bad = step - window + 1 + finite.index(False)
-            raise RunFailed(f"non-finite loss at step {bad} ({spec.precision}, no loss scaling)")
-        if loss_scale is not None and not any(finite):
-            raise RunFailed(f"loss non-finite for all {window} steps up to step {step} despite loss scaling")
+        scaling.check_window([math.isfinite(v) for v in values], step, spec.precision)
 
         tel.phase("eval")
         t_eval = time.perf_counter()
@@ -230,57 +213,64 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         samples = step * task.batch_size
         log.event(eval_key, value, {"step": step, "samples": samples})
         log.end(mllog.EVAL_STOP, metadata={"step": step})
-        evals.append({"step": step, "samples": samples, "train_time_s": train_s, "value": value})
-        if loss_scale is not None:
-            log.event(mllog.LOSS_SCALE, scales[-1] if scales else None, {"step": step})
-            log.event(mllog.SKIPPED_STEPS, len(skipped), {"step": step})
+        evals.append(EvalPoint(step=step, samples=samples, train_time_s=train_s, value=value))
+        scaling.log_eval(log, step)
         if not math.isfinite(value):
-            raise RunFailed(f"eval {workload.metric} is {value} at step {step}")
+            raise NonFiniteLoss(f"eval {workload.metric} is {value} at step {step}")
         ok = [v for v in values if math.isfinite(v)]
         progress({"step": step, "limit": limit, "metric": value,
                   "loss": sum(ok) / len(ok) if ok else float("nan")})
-        if reached_at is None and loop.target_hit(value, budget.target, workload.higher_is_better):
-            reached_at = {"steps_to_target": step, "samples_to_target": samples,
-                          "time_to_target_s": time.perf_counter() - run_start}
+        if reached is None and loop.target_hit(value, budget.target, workload.higher_is_better):
+            reached = loop.Reached(steps=step, samples=samples, time_s=time.perf_counter() - run_start)
             break
 
-    loop.stop_telemetry(out, tel, log, step * task.batch_size)
+    telemetry, series = loop.stop_telemetry(tel, log, step * task.batch_size)
     log.end(mllog.RUN_STOP, metadata={"status": "success"})
-    t_tail = time.perf_counter()
     timed_steps = len(durations)
-    flops_per_step = _step_flops(step_jit, params, opt_state, state, loss_scale, lr_table[0], x, y)
-    out.update(
+    flops_per_step = _step_flops(step_jit, params, opt_state, state, scaling.state, lr_table[0], x, y)
+    achieved = flops_per_step * timed_steps / train_s if flops_per_step and train_s > 0 else None
+    peak = loop.peak_flops(spec)
+    loss_scale, skipped = scaling.recorded()
+    return TrainOutcome(
+        metric=workload.metric,
+        higher_is_better=workload.higher_is_better,
         steps=step,
         train_samples=step * task.batch_size,
+        final_metric=evals[-1].value,
+        target=budget.target,
         loss=[v if math.isfinite(v) else None for v in losses],
         evals=evals,
-        final_metric=evals[-1]["value"],
-        target=budget.target,
+        amp_policy=amp_policy,
+        determinism=determinism,
+        environment={
+            "jax": jax.__version__, "jax_backend": jax.default_backend(),
+            "device_name": jdev.device_kind, "data": task.data_note,
+            "compile_s": compile_s,
+            "policy_rewrite": loss_of.report(params, state, x, y).as_dict() if policy is not None else None,
+        },
+        peak_memory=_peak_memory(jdev),
+        weights_sha256=params_digest(params),
+        telemetry=telemetry,
+        phases=PhaseTimes(build_s=build_s + (compile_s or 0.0), train_s=train_s, eval_s=eval_s),
+        telemetry_series=series,
         samples_per_s=(timed_steps * task.batch_size) / train_s if train_s > 0 else None,
         flops_per_step=flops_per_step,
-        achieved_flops=flops_per_step * timed_steps / train_s if flops_per_step and train_s > 0 else None,
+        achieved_flops=achieved,
+        mfu=loop.mfu(achieved, peak),
+        peak_flops=peak,
         data_time_s=data_s,
         data_share=data_s / (train_s + (compile_s or 0.0)) if train_s > 0 else None,
         data_info=task.data_info or None,
         step_time=step_time_stats(durations, "perf_counter around each step, blocked until ready "
                                              "(the first, compiling step excluded)"),
         step_times_ms=step_times_ms(durations),
-        peak_memory=_peak_memory(jdev),
-        weights_sha256=params_digest(params),
+        target_reached=loop.target_reached(spec, reached),
+        steps_to_target=reached.steps if reached else None,
+        samples_to_target=reached.samples if reached else None,
+        time_to_target_s=reached.time_s if reached else None,
+        loss_scale=loss_scale,
+        skipped_steps=skipped,
     )
-    loop.finish(out, spec, reached_at)
-    if loss_scale is not None:
-        out["loss_scale"], out["skipped_steps"] = scales, skipped
-    other_s = (t_build - t_other) + (time.perf_counter() - t_tail)
-    out["phases_partial"] = {"build_s": build_s + (compile_s or 0.0), "train_s": train_s,
-                             "eval_s": eval_s, "other_s": other_s}
-    out["environment"] = {
-        "jax": jax.__version__, "jax_backend": jax.default_backend(),
-        "device_name": jdev.device_kind, "data": task.data_note,
-        "compile_s": compile_s,
-        "policy_rewrite": loss_of.report(params, state, x, y).as_dict() if policy is not None else None,
-    }
-    return out
 
 
 def _predict_host(predict, params, state, xb):
@@ -309,13 +299,13 @@ def _step_flops(step_jit, *args) -> float | None:
     return float(flops) if flops and flops > 0 else None
 
 
-def _peak_memory(jdev) -> dict[str, Any]:
+def _peak_memory(jdev) -> Measured:
     stats = None
     try:
         stats = jdev.memory_stats()
     except Exception:  # noqa: BLE001
         stats = None
     if stats and "peak_bytes_in_use" in stats:
-        return {"value": float(stats["peak_bytes_in_use"]), "unit": "bytes",
-                "method": f"JAX device memory_stats peak_bytes_in_use ({jdev.device_kind})"}
+        return Measured(value=float(stats["peak_bytes_in_use"]), unit="bytes",
+                        method=f"JAX device memory_stats peak_bytes_in_use ({jdev.device_kind})")
     return loop.host_peak_memory()

@@ -11,18 +11,20 @@ from __future__ import annotations
 import random
 import resource
 import sys
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ampcert import mllog
+from ampcert.backends.contract import NonFiniteLoss
+from ampcert.results import Measured, StepTimes
 from ampcert.spec import RunSpec
 from ampcert.workloads import rng
 
-
-class RunFailed(Exception):
-    """The run cannot go on (e.g. non-finite loss); the message is the reason."""
+if TYPE_CHECKING:
+    from ampcert.telemetry import Series
 
 
 def seed_host(seed: int) -> dict[str, Any]:
@@ -50,16 +52,16 @@ def index_batches(n: int, batch_size: int, seed: int) -> Iterator[np.ndarray]:
             yield order[i * batch_size:(i + 1) * batch_size]
 
 
-def step_time_stats(seconds: list[float], method: str) -> dict[str, Any] | None:
+def step_time_stats(seconds: list[float], method: str) -> StepTimes | None:
     if not seconds:
         return None
     ms = np.asarray(seconds) * 1e3
-    return {
-        "n": len(ms), "mean_ms": float(ms.mean()), "std_ms": float(ms.std()),
-        "p50_ms": float(np.percentile(ms, 50)), "p90_ms": float(np.percentile(ms, 90)),
-        "p99_ms": float(np.percentile(ms, 99)), "min_ms": float(ms.min()), "max_ms": float(ms.max()),
-        "method": method,
-    }
+    return StepTimes(
+        n=len(ms), mean_ms=float(ms.mean()), std_ms=float(ms.std()),
+        p50_ms=float(np.percentile(ms, 50)), p90_ms=float(np.percentile(ms, 90)),
+        p99_ms=float(np.percentile(ms, 99)), min_ms=float(ms.min()), max_ms=float(ms.max()),
+        method=method,
+    )
 
 
 def step_times_ms(seconds: list[float]) -> list[float] | None:
@@ -88,28 +90,94 @@ def target_hit(value: float, target: float | None, higher_is_better: bool) -> bo
     return value >= target if higher_is_better else value <= target
 
 
-def stop_telemetry(out: dict[str, Any], tel, log: mllog.MLLogger, train_samples: int) -> None:
-    """Stop the sampler into ``out`` (summary and series) and log the training energy."""
-    out["telemetry"] = tel.stop(train_samples=train_samples)
-    out["telemetry_series"] = tel
-    energy = out["telemetry"]["energy"]
+def stop_telemetry(tel, log: mllog.MLLogger, train_samples: int) -> tuple[dict[str, Any], Series | None]:
+    """Stop the sampler and log the training energy. Returns its summary
+    (RunResult.telemetry) and its samples (None where it sampled nothing)."""
+    summary = tel.stop(train_samples=train_samples)
+    energy = summary["energy"]
     log.event(mllog.ENERGY_J, energy["train_j"], {"phase": "train", "scope": energy["scope"],
                                                   "method": energy["method"] or energy["reason"]})
+    return summary, tel.series()
 
 
-def finish(out: dict[str, Any], spec: RunSpec, reached_at: dict[str, Any] | None) -> None:
-    """The fields every backend derives the same way: peak FLOP/s and MFU, and the target outcome."""
-    if spec.peak_flops:
-        out["peak_flops"] = {"value": spec.peak_flops, "unit": "FLOP/s", "method": spec.peak_source}
-        if out["achieved_flops"]:
-            out["mfu"] = out["achieved_flops"] / spec.peak_flops
-    if spec.train.target is not None:
-        out["target_reached"] = reached_at is not None
-        out.update(reached_at or {})
+@dataclass(frozen=True)
+class Reached:
+    """When a run first met its target: MLPerf's time-to-train."""
+
+    steps: int
+    samples: int
+    time_s: float  # run_start to that evaluation, evaluations included
 
 
-def host_peak_memory() -> dict[str, Any]:
+def peak_flops(spec: RunSpec, devices: int = 1) -> Measured | None:
+    """The peak the run's MFU is measured against (``devices`` GPUs' worth under torchrun)."""
+    if not spec.peak_flops:
+        return None
+    if devices == 1:
+        return Measured(value=spec.peak_flops, unit="FLOP/s", method=spec.peak_source)
+    return Measured(value=spec.peak_flops * devices, unit="FLOP/s", method=f"{spec.peak_source} x {devices} GPUs")
+
+
+def mfu(achieved_flops: float | None, peak: Measured | None) -> float | None:
+    if peak is None or not achieved_flops:
+        return None
+    return achieved_flops / peak.value
+
+
+def target_reached(spec: RunSpec, reached: Reached | None) -> bool | None:
+    """Whether the run met its target; None for a run without one."""
+    return None if spec.train.target is None else reached is not None
+
+
+def host_peak_memory() -> Measured:
     kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     scale = 1 if sys.platform == "darwin" else 1024
-    return {"value": float(kib * scale), "unit": "bytes",
-            "method": "peak RSS of the worker process (getrusage ru_maxrss; includes the framework itself)"}
+    return Measured(value=float(kib * scale), unit="bytes",
+                    method="peak RSS of the worker process (getrusage ru_maxrss; includes the framework itself)")
+
+
+# --------------------------------------------------------------------------- loss scaling
+
+
+class NoLossScaling:
+    """The loss scaling of a run that does not scale (fp32, bf16, and fp16
+    with ``loss_scaling: false``), as the loop sees it: a non-finite loss ends
+    the run at once, nothing is logged, and nothing recorded (the result's
+    ``loss_scale`` and ``skipped_steps`` are None). Each backend's no-op
+    scaler derives from it and passes the loss and the step through."""
+
+    def check_window(self, finite: Sequence[bool], step: int, precision: str) -> None:
+        """Raise :class:`NonFiniteLoss` if the window of losses ending at ``step`` may not go on."""
+        if not all(finite):
+            bad = step - len(finite) + 1 + list(finite).index(False)
+            raise NonFiniteLoss(f"non-finite loss at step {bad} ({precision}, no loss scaling)")
+
+    def log_eval(self, log: mllog.MLLogger, step: int) -> None:
+        """The loss-scaling events of an evaluation (none)."""
+
+    def recorded(self) -> tuple[list[float] | None, list[int] | None]:
+        """(scale after each step, skipped steps): RunResult's loss_scale and skipped_steps."""
+        return None, None
+
+
+class DynamicLossScaling(NoLossScaling):
+    """Dynamic loss scaling: a step whose gradients overflow is skipped and
+    the scale backs off, so some non-finite losses are expected; only a
+    window without one finite loss ends the run. Each evaluation logs the
+    scale and the count of skipped steps. Subclasses say what they recorded."""
+
+    def trajectory(self) -> tuple[list[float], list[int]]:
+        """The scale after each step so far, and the (1-based) steps it skipped."""
+        raise NotImplementedError
+
+    def check_window(self, finite: Sequence[bool], step: int, precision: str) -> None:
+        if not any(finite):
+            raise NonFiniteLoss(f"loss non-finite for all {len(finite)} steps up to step {step} despite loss scaling")
+
+    def log_eval(self, log: mllog.MLLogger, step: int) -> None:
+        scales, skipped = self.trajectory()
+        log.event(mllog.LOSS_SCALE, scales[-1] if scales else None, {"step": step})
+        log.event(mllog.SKIPPED_STEPS, len(skipped), {"step": step})
+
+    def recorded(self) -> tuple[list[float] | None, list[int] | None]:
+        return self.trajectory()

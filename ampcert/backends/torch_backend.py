@@ -31,13 +31,19 @@ from typing import Any
 import torch
 
 from ampcert import mllog
+from ampcert.amp.precision import dtype_name
 from ampcert.backends import distributed, loop
-from ampcert.backends.loop import RunFailed, step_time_stats, step_times_ms  # noqa: F401 - part of this module's API
+from ampcert.backends.contract import (  # noqa: F401 - RunFailed: part of this module's API
+    NonFiniteLoss,
+    PhaseTimes,
+    RunFailed,
+    TrainOutcome,
+)
+from ampcert.backends.loop import step_time_stats, step_times_ms
+from ampcert.results import EvalPoint, Measured
 from ampcert.spec import RunSpec
 from ampcert.telemetry import Telemetry, ensure_pci_bus_order, torch_cuda_gpu_ref, torch_cuda_memory
 from ampcert.workloads import registry
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def seed_everything(seed: int, device: str) -> dict[str, Any]:
@@ -65,32 +71,103 @@ def seed_everything(seed: int, device: str) -> dict[str, Any]:
     }
 
 
+class NoLossScaler(loop.NoLossScaling):
+    """The loss scaler of a run that does not scale its loss (fp32, bf16, and
+    fp16 with ``loss_scaling: false``): GradScaler's interface, doing nothing.
+    ``scale`` returns the loss, ``step`` steps the optimizer, ``update`` and
+    the recording are empty (the result's ``loss_scale`` stays None)."""
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss
+
+    def step(self, optimizer: torch.optim.Optimizer) -> Any:
+        return optimizer.step()
+
+    def update(self) -> None:
+        pass
+
+
+class NativeLossScaler(loop.DynamicLossScaling):
+    """``torch.amp.GradScaler``, recording the scale after each update and
+    the steps it skipped. GradScaler syncs with the host every step anyway,
+    so reading its scale costs nothing more."""
+
+    def __init__(self, device: str):
+        self.scaler = torch.amp.GradScaler(device)
+        self._scales: list[float] = []
+        self._skipped: list[int] = []
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        return self.scaler.scale(loss)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> Any:
+        return self.scaler.step(optimizer)
+
+    def update(self) -> None:
+        before = self.scaler.get_scale()
+        self.scaler.update()
+        after = self.scaler.get_scale()
+        self._scales.append(after)
+        if after < before:  # it backed off: this step overflowed and was skipped
+            self._skipped.append(len(self._scales))
+
+    def trajectory(self) -> tuple[list[float], list[int]]:
+        return self._scales, self._skipped
+
+
+class AmpcertLossScaler(loop.DynamicLossScaling):
+    """ampcert's :class:`~ampcert.amp.DynamicLossScaler`, which keeps its own
+    trajectory on the device (read at each evaluation)."""
+
+    def __init__(self, device: str):
+        from ampcert.amp import DynamicLossScaler
+
+        self.scaler = DynamicLossScaler(device)
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        return self.scaler.scale(loss)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> Any:
+        return self.scaler.step(optimizer)
+
+    def update(self) -> None:
+        self.scaler.update()
+
+    def trajectory(self) -> tuple[list[float], list[int]]:
+        traj = self.scaler.trajectory()
+        return traj["scale"], [i + 1 for i in traj["skipped_steps"]]
+
+
+LossScaler = NoLossScaler | NativeLossScaler | AmpcertLossScaler
+
+
 @dataclass
 class Amp:
-    """How a run applies mixed precision: an autocast factory and an optional scaler."""
+    """How a run applies mixed precision: an autocast factory and a loss scaler
+    (:class:`NoLossScaler` when the run does not scale)."""
 
     autocast: Callable[[], contextlib.AbstractContextManager]
-    scaler: Any | None
+    scaler: LossScaler
     policy: dict[str, Any] = field(default_factory=dict)
 
 
 def make_amp(spec: RunSpec) -> Amp:
     if spec.precision == "fp32":
-        return Amp(contextlib.nullcontext, None, {"name": "none (fp32)"})
-    dtype = DTYPES[spec.precision]
+        return Amp(contextlib.nullcontext, NoLossScaler(), {"name": "none (fp32)"})
+    dtype = getattr(torch, dtype_name(spec.precision))
     use_scaler = spec.precision == "fp16" and spec.loss_scaling
     if spec.amp == "native":
         return Amp(
             lambda: torch.autocast(spec.device, dtype=dtype),
-            torch.amp.GradScaler(spec.device) if use_scaler else None,
+            NativeLossScaler(spec.device) if use_scaler else NoLossScaler(),
             {"name": f"torch.autocast ({spec.device})", "torch": torch.__version__},
         )
-    from ampcert.amp import DynamicLossScaler, autocast, load_policy, shipped_policy
+    from ampcert.amp import autocast, load_policy, shipped_policy
 
     policy = load_policy(spec.policy) if spec.policy else shipped_policy(spec.device)
     return Amp(
         lambda: autocast(spec.device, dtype=dtype, policy=policy),
-        DynamicLossScaler(spec.device) if use_scaler else None,
+        AmpcertLossScaler(spec.device) if use_scaler else NoLossScaler(),
         {"name": policy.name, "sha256": policy.sha256, "effective_sha256": policy.effective_sha256,
          "source": str(policy.source)},
     )
@@ -141,12 +218,12 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
-    """Train one run and return the RunResult fields it measured.
+def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None = None) -> TrainOutcome:
+    """Train one run and return what it measured (see :mod:`ampcert.backends.contract`);
+    raise :class:`RunFailed` (or another exception) when it cannot go on.
 
-    Telemetry samples the whole run (phases init, train, eval); its summary is
-    ``out["telemetry"]`` and the sampler itself ``out["telemetry_series"]``,
-    whose ``write_series(path)`` the worker calls."""
+    Telemetry samples the whole run (phases init, train, eval); the outcome
+    holds its summary and its samples."""
     cuda = spec.device == "cuda"
     if cuda:
         ensure_pci_bus_order()  # before CUDA starts in this process, so torch and NVML agree
@@ -171,16 +248,13 @@ def _local_gpus(dctx: distributed.DistContext | None) -> list[int | str]:
 
 
 def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None,
-           tel: Telemetry) -> dict[str, Any]:
+           tel: Telemetry) -> TrainOutcome:
     progress = progress or (lambda _: None)
-    out: dict[str, Any] = {}
-    t_other = time.perf_counter()
     device = spec.device
     log.start(mllog.INIT_START)
-    out["determinism"] = seed_everything(spec.seed, device)
+    determinism = seed_everything(spec.seed, device)
     workload = registry.get(spec.workload)
     params = workload.Params.model_validate(spec.params)
-    out["metric"], out["higher_is_better"] = workload.metric, workload.higher_is_better
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
 
@@ -204,20 +278,14 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     eval_key = "eval_accuracy" if workload.metric == "accuracy" else f"eval_{workload.metric}"
     loop.log_run_config(log, spec, task.batch_size, len(task.train_x), len(task.eval_x), amp.policy.get("name"),
                         [("world_size", dctx.world)] if dctx is not None else [])
-    out["policy"] = amp.policy
 
     clock = _StepClock(device)
     losses: list[torch.Tensor] = []
-    loss_scale: list[float] = []
-    skipped: list[int] = []
-    evals: list[dict[str, Any]] = []
+    evals: list[EvalPoint] = []
     batches = loop.index_batches(len(task.train_x), task.batch_size, spec.seed)
     train_s = eval_s = data_s = 0.0
-    reached_at: dict[str, Any] | None = None
+    reached: loop.Reached | None = None
     scaler = amp.scaler
-    # The native GradScaler already syncs every step, so reading its scale
-    # costs nothing more; ampcert's scaler keeps its own trajectory.
-    native_scaler = scaler is not None and spec.amp == "native"
 
     log.start(mllog.RUN_START)
     run_start = time.perf_counter()
@@ -242,19 +310,9 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
             optimizer.zero_grad(set_to_none=True)
             with amp.autocast():
                 loss = task.loss_fn(train_model(x), y)
-            if scaler is None:
-                loss.backward()
-                optimizer.step()
-            else:
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                before = scaler.get_scale() if native_scaler else None
-                scaler.update()
-                if native_scaler:
-                    after = scaler.get_scale()
-                    loss_scale.append(after)
-                    if after < before:
-                        skipped.append(step)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
             if scheduler is not None:
                 scheduler.step()
             losses.append(loss.detach().float())
@@ -269,13 +327,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
             window_losses = dctx.mean(window_losses)
             losses[-window:] = list(window_losses)
         finite = torch.isfinite(window_losses)
-        if scaler is None and not bool(finite.all()):
-            bad = step - window + 1 + int((~finite).nonzero()[0])
-            raise RunFailed(f"non-finite loss at step {bad} ({spec.precision}, no loss scaling)")
-        if scaler is not None and not bool(finite.any()):
-            raise RunFailed(
-                f"loss non-finite for all {window} steps up to step {step} despite loss scaling"
-            )
+        scaler.check_window(finite.tolist(), step, spec.precision)
 
         tel.phase("eval")
         t_eval = time.perf_counter()
@@ -289,15 +341,10 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         samples = step * task.batch_size
         log.event(eval_key, value, {"step": step, "samples": samples})
         log.end(mllog.EVAL_STOP, metadata={"step": step})
-        evals.append({"step": step, "samples": samples, "train_time_s": train_s, "value": value})
-        if scaler is not None:
-            if not native_scaler:
-                traj = scaler.trajectory()
-                loss_scale, skipped = traj["scale"], [i + 1 for i in traj["skipped_steps"]]
-            log.event(mllog.LOSS_SCALE, loss_scale[-1] if loss_scale else None, {"step": step})
-            log.event(mllog.SKIPPED_STEPS, len(skipped), {"step": step})
+        evals.append(EvalPoint(step=step, samples=samples, train_time_s=train_s, value=value))
+        scaler.log_eval(log, step)
         if dctx is not None:  # every rank follows rank 0's evaluation
-            decision = dctx.decide(_decision(value, budget.target, workload.higher_is_better, reached_at), device)
+            decision = dctx.decide(_decision(value, budget.target, workload.higher_is_better, reached), device)
             if not rank0:
                 if decision == distributed.FAIL:
                     raise RunFailed(f"rank 0 ended the run at step {step}")
@@ -305,64 +352,71 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
                     break
                 continue
         if not math.isfinite(value):
-            raise RunFailed(f"eval {workload.metric} is {value} at step {step}")
+            raise NonFiniteLoss(f"eval {workload.metric} is {value} at step {step}")
         progress({"step": step, "limit": limit, "metric": value,
                   "loss": float(window_losses[finite].mean()) if finite.any() else float("nan")})
 
-        if reached_at is None and loop.target_hit(value, budget.target, workload.higher_is_better):
-            reached_at = {"steps_to_target": step, "samples_to_target": samples,
-                          "time_to_target_s": time.perf_counter() - run_start}
+        if reached is None and loop.target_hit(value, budget.target, workload.higher_is_better):
+            reached = loop.Reached(steps=step, samples=samples, time_s=time.perf_counter() - run_start)
             break
 
-    loop.stop_telemetry(out, tel, log, step * task.batch_size)
+    telemetry, series = loop.stop_telemetry(tel, log, step * task.batch_size)
     log.end(mllog.RUN_STOP, metadata={"status": "success"})
-    t_tail = time.perf_counter()
     all_losses = torch.stack(losses).cpu().tolist()
-    out.update(
-        steps=step,
-        train_samples=step * task.batch_size,
-        loss=[v if math.isfinite(v) else None for v in all_losses],
-        evals=evals,
-        final_metric=evals[-1]["value"],
-        target=budget.target,
-        samples_per_s=(step * task.batch_size) / train_s if train_s > 0 else None,
-        flops_per_step=flops_per_step,
-        achieved_flops=flops_per_step * step / train_s if flops_per_step and train_s > 0 else None,
-        data_time_s=data_s,
-        data_share=data_s / train_s if train_s > 0 else None,
-        data_info=task.data_info or None,
-        step_time=step_time_stats(clock.durations, clock.method),
-        step_times_ms=step_times_ms(clock.durations),
-        peak_memory=_peak_memory(device),
-        weights_sha256=weights_digest(model),
-    )
-    loop.finish(out, spec, reached_at)
-    if dctx is not None:
-        out["determinism"]["world_size"] = dctx.world
-        if device == "cuda" and spec.peak_flops:  # every GPU contributes to the achieved FLOP/s
-            out["peak_flops"] = {"value": spec.peak_flops * dctx.world, "unit": "FLOP/s",
-                                 "method": f"{spec.peak_source} x {dctx.world} GPUs"}
-            if out["achieved_flops"]:
-                out["mfu"] = out["achieved_flops"] / out["peak_flops"]["value"]
-    if scaler is not None:
-        out["loss_scale"], out["skipped_steps"] = loss_scale, skipped
-    other_s = (t_build - t_other) + (time.perf_counter() - t_tail)
-    out["phases_partial"] = {"build_s": build_s, "train_s": train_s, "eval_s": eval_s, "other_s": other_s}
-    out["environment"] = {
+    peak_memory, weights_sha256 = _peak_memory(device), weights_digest(model)
+    achieved = flops_per_step * step / train_s if flops_per_step and train_s > 0 else None
+    # Under torchrun on GPUs every GPU contributes to the achieved FLOP/s.
+    peak = loop.peak_flops(spec, dctx.world if dctx is not None and device == "cuda" else 1)
+    loss_scale, skipped = scaler.recorded()
+    environment: dict[str, Any] = {
         "torch": torch.__version__,
         "device_name": torch.cuda.get_device_name() if device == "cuda" else _cpu_name(),
         "data": task.data_note,
     }
     if dctx is not None:
-        out["environment"]["distributed"] = dctx.describe(spec, task.batch_size)
-    return out
+        determinism["world_size"] = dctx.world
+        environment["distributed"] = dctx.describe(spec, task.batch_size)
+    return TrainOutcome(
+        metric=workload.metric,
+        higher_is_better=workload.higher_is_better,
+        steps=step,
+        train_samples=step * task.batch_size,
+        final_metric=evals[-1].value,
+        target=budget.target,
+        loss=[v if math.isfinite(v) else None for v in all_losses],
+        evals=evals,
+        amp_policy=amp.policy,
+        determinism=determinism,
+        environment=environment,
+        peak_memory=peak_memory,
+        weights_sha256=weights_sha256,
+        telemetry=telemetry,
+        phases=PhaseTimes(build_s=build_s, train_s=train_s, eval_s=eval_s),
+        telemetry_series=series,
+        samples_per_s=(step * task.batch_size) / train_s if train_s > 0 else None,
+        flops_per_step=flops_per_step,
+        achieved_flops=achieved,
+        mfu=loop.mfu(achieved, peak),
+        peak_flops=peak,
+        data_time_s=data_s,
+        data_share=data_s / train_s if train_s > 0 else None,
+        data_info=task.data_info or None,
+        step_time=step_time_stats(clock.durations, clock.method),
+        step_times_ms=step_times_ms(clock.durations),
+        target_reached=loop.target_reached(spec, reached),
+        steps_to_target=reached.steps if reached else None,
+        samples_to_target=reached.samples if reached else None,
+        time_to_target_s=reached.time_s if reached else None,
+        loss_scale=loss_scale,
+        skipped_steps=skipped,
+    )
 
 
-def _decision(value: float, target: float | None, higher_is_better: bool, reached_at: Any) -> int:
+def _decision(value: float, target: float | None, higher_is_better: bool, reached: loop.Reached | None) -> int:
     """Rank 0's verdict after an evaluation, as the other ranks must follow it."""
     if not math.isfinite(value):
         return distributed.FAIL
-    if reached_at is None and loop.target_hit(value, target, higher_is_better):
+    if reached is None and loop.target_hit(value, target, higher_is_better):
         return distributed.STOP
     return distributed.CONTINUE
 
@@ -394,8 +448,8 @@ def _cpu_name() -> str:
     return cpu_info()["model"]
 
 
-def _peak_memory(device: str) -> dict[str, Any]:
+def _peak_memory(device: str) -> Measured:
     if device == "cuda":
-        return {"value": float(torch.cuda.max_memory_allocated()), "unit": "bytes",
-                "method": "torch.cuda.max_memory_allocated (tensors only, excludes allocator cache)"}
+        return Measured(value=float(torch.cuda.max_memory_allocated()), unit="bytes",
+                        method="torch.cuda.max_memory_allocated (tensors only, excludes allocator cache)")
     return loop.host_peak_memory()

@@ -16,15 +16,15 @@ a required INCONCLUSIVE is itself INCONCLUSIVE.
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
 from collections.abc import Callable, Iterable
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ampcert.aggregate import group_runs, not_comparable, reference_key
 from ampcert.certify import rules as R
 from ampcert.certify.stats import olympic_mean, paired_tost
-from ampcert.results import RunResult, not_comparable
+from ampcert.results import RunResult
 
 Status = Literal["PASS", "FAIL", "INCONCLUSIVE"]
 _ORDER = {"FAIL": 0, "INCONCLUSIVE": 1, "PASS": 2}
@@ -72,7 +72,8 @@ class Certificate(_Model):
 
 
 def worst(statuses: Iterable[str]) -> Status:
-    return min(statuses, key=_ORDER.__getitem__, default="PASS")  # type: ignore[return-value]
+    found = list(statuses)
+    return cast(Status, min(found, key=_ORDER.__getitem__)) if found else "PASS"
 
 
 # --------------------------------------------------------------------------- grouping
@@ -117,7 +118,7 @@ def _budgets_differ(group: _Group) -> list[str]:
 
 def _capped_summary(group: _Group, capped: list[str], why: str) -> str:
     """The INCONCLUSIVE text for a group trained on a smaller budget than FP32's, in the
-    words the tables use (ampcert.results.not_comparable)."""
+    words the tables use (ampcert.aggregate.not_comparable)."""
     cap = max(r.spec.train.step_limit for r in group.primary if r.run_id in capped)
     return f"{not_comparable(cap)}: training budget differs from FP32's (steps capped on an unaccelerated precision){why}"
 
@@ -143,7 +144,9 @@ def check_accuracy_parity(rule: R.AccuracyParity, g: _Group) -> Verdict | None:
         return _verdict(rule, g, "INCONCLUSIVE", f"{len(seeds)} seed(s) with both precisions completed; the "
                         f"rule needs at least {rule.min_seeds}", n=len(seeds), min_seeds=rule.min_seeds,
                         pairs=pairs, margin=margin)
-    t = paired_tost([pairs[s][0] for s in seeds], [pairs[s][1] for s in seeds], margin, rule.alpha)
+    # completed runs: their final metrics are set
+    t = paired_tost([cast(float, pairs[s][0]) for s in seeds], [cast(float, pairs[s][1]) for s in seeds],
+                    margin, rule.alpha)
     ci = f"{100 * (1 - 2 * rule.alpha):.0f}% CI [{t.ci_low:+.4f}, {t.ci_high:+.4f}]"
     text = f"mean difference {t.mean_diff:+.4f} over {t.n} seeds, {ci}, margin ±{margin:g}, TOST p={t.p_value:.3g}"
     status: Status = "PASS" if t.equivalent else "FAIL" if t.outside else "INCONCLUSIVE"
@@ -172,8 +175,8 @@ def check_convergence(rule: R.Convergence, g: _Group) -> Verdict | None:
     if len(g.primary) < rule.min_seeds:
         return _verdict(rule, g, "INCONCLUSIVE", f"{len(g.primary)} seed(s); the rule needs at least "
                         f"{rule.min_seeds}", n=len(g.primary), min_seeds=rule.min_seeds)
-    low_s = [r.samples_to_target for r in g.primary]
-    ref_s = [r.samples_to_target for r in ref]
+    low_s = [cast(int, r.samples_to_target) for r in g.primary]  # every run reached the target (above)
+    ref_s = [cast(int, r.samples_to_target) for r in ref]
     ratio = olympic_mean(low_s) / olympic_mean(ref_s)
     status: Status = "PASS" if ratio <= limit else "FAIL"
     return _verdict(rule, g, status, f"samples-to-target {olympic_mean(low_s):.0f} vs FP32 "
@@ -193,7 +196,7 @@ def check_determinism(rule: R.Determinism, g: _Group) -> Verdict | None:
         orig = originals.get(rep.spec.seed)
         if orig is None:
             continue
-        entry = {"seed": rep.spec.seed, "repeat": _repeat(rep), "run_ids": [orig.run_id, rep.run_id],
+        entry: dict[str, Any] = {"seed": rep.spec.seed, "repeat": _repeat(rep), "run_ids": [orig.run_id, rep.run_id],
                  "weights_sha256": [orig.weights_sha256, rep.weights_sha256],
                  "deterministic_algorithms": [orig.determinism.get("deterministic_algorithms"),
                                               rep.determinism.get("deterministic_algorithms")]}
@@ -225,7 +228,7 @@ def check_seed_spread(rule: R.SeedSpread, g: _Group) -> Verdict | None:
     if len(done) < rule.min_seeds:
         return _verdict(rule, g, "INCONCLUSIVE", f"{len(done)} completed seed(s); the rule needs at least "
                         f"{rule.min_seeds}", n=len(done))
-    values = {r.spec.seed: r.final_metric for r in done}
+    values = {r.spec.seed: cast(float, r.final_metric) for r in done}
     spread = max(values.values()) - min(values.values())
     digests = {r.weights_sha256 for r in done}
     if len(digests) == 1:
@@ -265,7 +268,7 @@ def check_scaler_floor(rule: R.ScalerFloor, g: _Group) -> Verdict | None:
     limit = rule.threshold(g.subject.workload, g.workload)
     shares = {}
     for r in scaled:
-        post = r.loss_scale[rule.warmup_steps:]
+        post = (r.loss_scale or [])[rule.warmup_steps:]
         if not post:
             return _verdict(rule, g, "INCONCLUSIVE", f"run {r.run_id} has no steps after the warm-up")
         shares[r.run_id] = sum(1 for s in post if s <= rule.floor) / len(post)
@@ -273,12 +276,16 @@ def check_scaler_floor(rule: R.ScalerFloor, g: _Group) -> Verdict | None:
     status: Status = "PASS" if shares[worst_id] <= limit else "FAIL"
     return _verdict(rule, g, status, f"share of steps with the scale at or below {rule.floor:g}: worst "
                     f"{shares[worst_id]:.3f} ({worst_id}), limit {limit:g}", shares=shares,
-                    final_scales={r.run_id: r.loss_scale[-1] for r in scaled})
+                    final_scales={r.run_id: (r.loss_scale or [])[-1] for r in scaled})
 
 
 def check_nonfinite_loss(rule: R.NonFiniteLoss, g: _Group) -> Verdict | None:
+    from ampcert.results import FailureKind
+
     limit = rule.threshold(g.subject.workload, g.workload)
-    stopped = [f for f in _failed(g.all) if "non-finite" in (f["reason"] or "") or "nan" in (f["reason"] or "")]
+    # The runs stopped by a non-finite loss or metric, as their results say (never their wording).
+    nonfinite = [r for r in g.all if r.failure_kind == FailureKind.NON_FINITE]
+    stopped = _failed(nonfinite)
     if stopped:
         return _verdict(rule, g, "FAIL", f"{len(stopped)} run(s) stopped on a non-finite loss, e.g. seed "
                         f"{stopped[0]['seed']}: {stopped[0]['reason']}", stopped=stopped)
@@ -345,15 +352,15 @@ CHECK_FUNCTIONS: dict[str, Callable[[Any, _Group], Verdict | None]] = {
 
 def evaluate(results: Iterable[RunResult], pack: R.RulePack) -> Certificate:
     """Every rule of ``pack`` on every subject it applies to."""
-    groups: dict[tuple, list[RunResult]] = defaultdict(list)
-    for r in results:
-        groups[(r.spec.label, r.spec.backend, r.spec.amp, r.spec.precision)].append(r)
+    # The subjects are the groups of every other view (ampcert.aggregate), repeats
+    # included: they are the determinism check's evidence.
+    groups = group_runs(results, repeats=True)
     verdicts: list[Verdict] = []
     for key in sorted(groups):
         label, backend, amp, precision = key
         runs = groups[key]
         subject = Subject(workload=label, backend=backend, amp=amp, precision=precision)
-        group = _Group(subject, runs, groups.get((label, backend, amp, "fp32"), []))
+        group = _Group(subject, runs, groups.get(reference_key(key), []))
         for rule in pack.rules:
             if not rule.applies_to.matches(label, runs[0].spec.workload, backend, amp, precision):
                 continue

@@ -138,10 +138,11 @@ def _follower(spec, rank: int) -> int:
 
     from ampcert import mllog
     from ampcert.backends import torch_backend
+    from ampcert.backends.contract import RunFailed
 
     try:
         torch_backend.train(spec, mllog.MLLogger(io.StringIO(), namespace=spec.run_id), None)
-    except torch_backend.RunFailed as exc:  # every rank sees it; rank 0 records it
+    except RunFailed as exc:  # every rank sees it; rank 0 records it
         print(f"ampcert: rank {rank}: {exc}", file=sys.stderr)
         return COMPLETED
     except Exception:  # noqa: BLE001 - this rank's own failure: its traceback goes to the launcher log

@@ -33,9 +33,8 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-from ampcert.version import __version__
 from ampcert.errors import UserError
-from ampcert.results import ResultsDir, RunResult, atomic_write_json, atomic_write_text
+from ampcert.results import FailureKind, ResultsDir, RunResult, atomic_write_json, atomic_write_text
 from ampcert.runner.procs import alive as _alive
 from ampcert.spec import (
     RunSpec,
@@ -46,6 +45,7 @@ from ampcert.spec import (
     missing_framework,
     require_backend,
 )
+from ampcert.version import __version__
 
 # Imported once in the forkserver, so each worker starts with them loaded.
 # torch._inductor is what torch.use_deterministic_algorithms imports (~3 s).
@@ -115,8 +115,15 @@ def plan_suite(suite_path: str | Path) -> Plan:
 
     path = Path(suite_path)
     suite = load_suite(path)
+    min_seeds, repeats = 1, 0
+    if suite.certify is not None:
+        from ampcert.certify.rules import load_rules
+
+        pack = load_rules(suite.certify)
+        suite = suite.model_copy(update={"certify": pack.source})
+        min_seeds, repeats = pack.min_seeds(), pack.repeats()
     device = resolve_device(suite.device, suite.backend)
-    runs = expand(suite, device)
+    runs = expand(suite, device, min_seeds=min_seeds, repeats=repeats)
     precisions = sorted({r.precision for r in runs})
     capabilities = probe(device, precisions, backend=suite.backend)
     return Plan(suite, path, apply_capabilities(suite, runs, capabilities), capabilities, device)
@@ -331,6 +338,7 @@ def run_one(spec: RunSpec, root: Path, on_event: Callable[[Event], None]) -> Run
         result = RunResult(
             run_id=spec.run_id, spec=spec, status="failed",
             reason=_failure_reason(proc.exitcode, timed_out, spec.timeout_s),
+            failure=FailureKind.TIMEOUT if timed_out else FailureKind.WORKER_LOST,
             started_at=started_at, finished_at=now_iso(), wall_s=time.time() - spawned,
             accelerated=spec.accelerated, capability_note=spec.capability_note,
         )

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ampcert.results import ResultsDir, RunResult, atomic_write_json
+from ampcert.results import FailureKind, ResultsDir, RunResult, atomic_write_json
 from ampcert.spec import RunSpec
 
 LOG_NAME = "launcher.log"
@@ -202,6 +202,7 @@ def run_torchrun(spec: RunSpec, root: Path, on_event: Callable[[dict[str, Any]],
         result = RunResult(
             run_id=spec.run_id, spec=spec, status="failed",
             reason=failure_reason(proc.returncode, timed_out, spec.timeout_s, log_path),
+            failure=FailureKind.TIMEOUT if timed_out else FailureKind.WORKER_LOST,
             started_at=started_at, finished_at=now_iso(), wall_s=time.time() - spawned,
             accelerated=spec.accelerated, capability_note=spec.capability_note,
         )

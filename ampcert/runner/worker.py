@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from ampcert import mllog
+from ampcert.backends.contract import NonFiniteLoss, RunFailed, TrainOutcome, Unsupported
 from ampcert.errors import UserError
-from ampcert.results import Phases, ResultsDir, RunResult, atomic_write_json
+from ampcert.results import FailureKind, Phases, ResultsDir, RunResult, atomic_write_json
 from ampcert.spec import RunSpec, require_backend
 
 
@@ -51,6 +52,29 @@ def exit_with(pid: int, interval_s: float = 0.2) -> None:
     threading.Thread(target=watch, name="ampcert-orchestrator-watch", daemon=True).start()
 
 
+# The kind of a run's failure, by the exception's type (the first that matches);
+# anything else is an error in the training code.
+FAILURE_KINDS: tuple[tuple[type[Exception], FailureKind], ...] = (
+    (NonFiniteLoss, FailureKind.NON_FINITE),
+    (Unsupported, FailureKind.UNSUPPORTED),
+    (RunFailed, FailureKind.ERROR),
+    (UserError, FailureKind.BAD_INPUT),
+)
+
+
+def classify(exc: Exception) -> tuple[FailureKind, str]:
+    """A run's exception as (the kind of failure, the reason recorded).
+
+    The kind comes from the exception's type (:data:`FAILURE_KINDS`), never
+    from its message. The harness's own exceptions (RunFailed and its kinds,
+    UserError) are recorded by their message alone, others with their type's
+    name in front."""
+    for cls, kind in FAILURE_KINDS:
+        if isinstance(exc, cls):
+            return kind, str(exc)
+    return FailureKind.ERROR, f"{type(exc).__name__}: {exc}"
+
+
 def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None = None) -> RunResult:
     """Train ``spec`` and write its result.json atomically; never raises for a run's own failure."""
     entered = time.time()
@@ -64,8 +88,8 @@ def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None =
     rd.mllog_file(spec.run_id).unlink(missing_ok=True)
     rd.telemetry_file(spec.run_id).unlink(missing_ok=True)
     log = mllog.MLLogger.open(rd.mllog_file(spec.run_id), namespace=spec.run_id)
-    fields: dict[str, Any] = {}
-    status, reason = "completed", None
+    outcome: TrainOutcome | None = None
+    status, reason, failure = "completed", None, None
     try:
         # Planning refused a missing framework already; this catches a folder
         # resumed, or a worker started, where it is missing.
@@ -77,35 +101,34 @@ def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None =
             from ampcert.backends import jax_backend as backend
         else:  # pragma: no cover - the spec's Literal admits only these
             raise UserError(f"backend {spec.backend!r} is not available")
-        fields = backend.train(spec, log, progress)
+        outcome = backend.train(spec, log, progress)
     except Exception as exc:  # noqa: BLE001 - a run's failure is data, not a crash
         status = "failed"
-        known = type(exc).__name__ in ("RunFailed", "UserError")
-        reason = str(exc) if known else f"{type(exc).__name__}: {exc}"
+        failure, reason = classify(exc)
         (run_dir / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
         log.end(mllog.RUN_STOP, metadata={"status": "aborted", "reason": reason})
     finally:
         log.close()
     wall_s = time.perf_counter() - t0
-    partial = fields.pop("phases_partial", None)
-    recorder = fields.pop("telemetry_series", None)
-    if recorder is not None and fields.get("telemetry") is not None:
-        try:
-            fields["telemetry"]["series_file"] = recorder.write_series(rd.telemetry_file(spec.run_id)).name
-        except OSError as exc:  # the summary still stands without its series
-            fields["telemetry"]["series_file"] = None
-            fields["telemetry"]["notes"].append(f"series not written: {exc}")
+    fields: dict[str, Any] = {}
     phases = None
-    if partial is not None:
+    if outcome is not None:
+        fields = outcome.result_fields()
+        if outcome.telemetry_series is not None:
+            try:
+                outcome.telemetry["series_file"] = outcome.telemetry_series.write(rd.telemetry_file(spec.run_id)).name
+            except OSError as exc:  # the summary still stands without its series
+                outcome.telemetry["series_file"] = None
+                outcome.telemetry["notes"].append(f"series not written: {exc}")
         startup = max(entered - spawned_at, 0.0) if spawned_at else 0.0
-        accounted = partial["build_s"] + partial["train_s"] + partial["eval_s"]
-        phases = Phases(startup_s=startup, build_s=partial["build_s"], train_s=partial["train_s"],
-                        eval_s=partial["eval_s"], other_s=max(wall_s - accounted, 0.0))
+        times = outcome.phases
+        accounted = times.build_s + times.train_s + times.eval_s
+        phases = Phases(startup_s=startup, build_s=times.build_s, train_s=times.train_s,
+                        eval_s=times.eval_s, other_s=max(wall_s - accounted, 0.0))
     result = RunResult(
-        run_id=spec.run_id, spec=spec, status=status, reason=reason,
+        run_id=spec.run_id, spec=spec, status=status, reason=reason, failure=failure,
         started_at=started_at, finished_at=now_iso(), wall_s=wall_s, phases=phases,
         accelerated=spec.accelerated, capability_note=spec.capability_note,
-        amp_policy=fields.pop("policy", None),
         **fields,
     )
     atomic_write_json(rd.result_file(spec.run_id), result)

@@ -7,7 +7,7 @@
                           framework_memory=torch_cuda_memory)   # phase "init"
     tel.phase("train"); ...; tel.phase("eval"); ...
     summary = tel.stop(train_samples=n)          # JSON-able dict -> RunResult.telemetry
-    tel.write_series("runs/<id>/telemetry.csv")  # pandas.read_csv-able
+    tel.series().write("runs/<id>/telemetry.csv")  # plain data, pandas.read_csv-able
 
 ``sampler`` holds the thread and the summary, ``nvml`` the GPUs (pynvml),
 ``host`` RAPL, RSS and CPU use. What cannot be read is None with a reason.
@@ -22,13 +22,14 @@ from ampcert.telemetry.nvml import NvmlSession, ensure_pci_bus_order
 from ampcert.telemetry.sampler import (
     DEFAULT_RATE_HZ,
     Recording,
+    Series,
     Telemetry,
     integrate_trapezoid,
     summarize,
 )
 
 __all__ = [
-    "DEFAULT_RATE_HZ", "HostSource", "NvmlSession", "RaplReader", "Recording", "Telemetry",
+    "DEFAULT_RATE_HZ", "HostSource", "NvmlSession", "RaplReader", "Recording", "Series", "Telemetry",
     "ensure_pci_bus_order", "integrate_trapezoid", "jax_memory", "summarize", "torch_cuda_gpu_ref",
     "torch_cuda_memory",
 ]

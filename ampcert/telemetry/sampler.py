@@ -52,8 +52,9 @@ from typing import Any
 
 import numpy as np
 
-from ampcert.telemetry import host as host_mod
-from ampcert.telemetry import nvml as nvml_mod
+from ampcert.telemetry.host import POWERCAP_ROOT, HostSource, peak_rss_bytes
+from ampcert.telemetry.nvml import NvmlSession, decode_throttle
+from ampcert.telemetry.nvml import probe as nvml_probe
 
 DEFAULT_RATE_HZ = 10.0
 MAX_RATE_HZ = 1000.0
@@ -283,7 +284,7 @@ def _source_summary(rec: Recording, info: SourceInfo, durations: dict[str, float
         if train.size:
             counts: dict[str, int] = {}
             for mask in train.astype(np.int64):
-                for name in nvml_mod.decode_throttle(int(mask)):
+                for name in decode_throttle(int(mask)):
                     counts[name] = counts.get(name, 0) + 1
             out["throttle_train"] = {"samples": int(train.size),
                                      "fraction": {k: v / train.size for k, v in sorted(counts.items())}}
@@ -429,7 +430,7 @@ class Telemetry:
     def start(cls, device: str = "cpu", rate_hz: float = DEFAULT_RATE_HZ, *,
               gpus: Sequence[int | str] | None = None, framework_memory: FrameworkMemory = None,
               phase: str = "init", nvml: Any = None,
-              powercap_root: str | Path = host_mod.POWERCAP_ROOT,
+              powercap_root: str | Path = POWERCAP_ROOT,
               env: Mapping[str, str] | None = None) -> Telemetry:
         """Open the sources and start sampling in ``phase``.
 
@@ -441,12 +442,12 @@ class Telemetry:
         :func:`ampcert.telemetry.torch_cuda_memory`. ``nvml``, ``powercap_root``
         and ``env`` replace the real pynvml module, /sys/class/powercap and
         os.environ (for tests)."""
-        sources: list[Any] = [host_mod.HostSource(powercap_root=powercap_root)]
+        sources: list[Any] = [HostSource(powercap_root=powercap_root)]
         notes: list[str] = []
         session = None
         unresolved: list[dict[str, Any]] = []
         if device == "cuda":
-            session = nvml_mod.NvmlSession.open(list(gpus) if gpus is not None else [0], nvml, env)
+            session = NvmlSession.open(list(gpus) if gpus is not None else [0], nvml, env)
             sources.extend(session.gpus)
             unresolved = session.unresolved
             gpu_reason = None if session.gpus else f"GPU telemetry unavailable: {session.reason}"
@@ -455,7 +456,7 @@ class Telemetry:
                              + "; ".join(u["reason"] for u in session.unresolved))
         else:
             gpu_reason = (f"GPU telemetry unavailable: the run uses the CPU (device={device}), "
-                          f"so no GPU is sampled ({nvml_mod.probe(nvml)})")
+                          f"so no GPU is sampled ({nvml_probe(nvml)})")
         tel = cls(device, rate_hz, sources, gpu_reason=gpu_reason, notes=notes, unresolved_gpus=unresolved,
                   nvml_session=session, framework_memory=framework_memory)
         return tel.begin(phase)
@@ -494,7 +495,7 @@ class Telemetry:
             return self._summary
         self.close()
         extra: dict[str, Any] = {"host.ru_maxrss": {
-            "value": float(host_mod.peak_rss_bytes()), "unit": "bytes",
+            "value": float(peak_rss_bytes()), "unit": "bytes",
             "method": "getrusage ru_maxrss: the process's lifetime peak RSS (includes the framework)"}}
         for fm in (self._framework_memory, framework_memory):
             if fm is None:
@@ -579,34 +580,57 @@ class Telemetry:
             cols.extend(f"{src.name}.{c}" for c in src.columns)
         return cols
 
-    def series_csv(self) -> str:
-        """The series as CSV text: ``t_s`` (seconds since start), ``phase``,
-        ``edge`` (1 for the samples taken at phase edges), then one column per
-        source and metric (``host.package_w``, ``gpu0.power_w``, ...); empty
-        cells are values that could not be read."""
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(self.series_columns())
+    def series(self) -> Series:
+        """The samples so far as a :class:`Series`: plain data, detached from
+        this sampler (what a backend hands over once the run has stopped)."""
         names = [s.name for s in self.sources]
         widths = {s.name: len(s.columns) for s in self.sources}
         with self._lock:
             rows = list(self.recording.rows)
+        lines: list[tuple[str, ...]] = []
         for t, phase, edge, values in sorted(rows, key=lambda r: r[0]):
-            line: list[Any] = [f"{t:.4f}", phase, int(edge)]
+            line: list[str] = [f"{t:.4f}", phase, str(int(edge))]
             for n in names:
                 line.extend(_cell(v) for v in values.get(n, (None,) * widths[n]))
-            w.writerow(line)
-        return buf.getvalue()
+            lines.append(tuple(line))
+        return Series(tuple(self.series_columns()), tuple(lines))
+
+    def series_csv(self) -> str:
+        """The series as CSV text (see :meth:`Series.csv`)."""
+        return self.series().csv()
 
     def write_series(self, path: str | Path) -> Path:
-        """Write :meth:`series_csv` to ``path`` atomically (temp file + rename);
+        """Write :meth:`series_csv` to ``path`` atomically (see :meth:`Series.write`)."""
+        return self.series().write(path)
+
+
+@dataclass(frozen=True)
+class Series:
+    """A run's telemetry samples, one row per sample, as the cells of
+    ``telemetry.csv``: ``t_s`` (seconds since start), ``phase``, ``edge`` (1
+    for the samples taken at phase edges), then one column per source and
+    metric (``host.package_w``, ``gpu0.power_w``, ...); empty cells are values
+    that could not be read."""
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+    def csv(self) -> str:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(self.columns)
+        w.writerows(self.rows)
+        return buf.getvalue()
+
+    def write(self, path: str | Path) -> Path:
+        """Write :meth:`csv` to ``path`` atomically (temp file + rename);
         ``pandas.read_csv(path)`` reads it back."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-                fh.write(self.series_csv())
+                fh.write(self.csv())
             os.chmod(tmp, 0o644)
             os.replace(tmp, path)
         except BaseException:

@@ -9,24 +9,26 @@ the batch order.
 This module is framework-free (numpy): the data, the fixed split and the
 initial weights are made here, and ``build`` imports torch only to turn them
 into a :class:`~ampcert.workloads.base.TorchTask`
-(:mod:`ampcert.workloads.torch_models` holds the network). The resnet and
-numerics workloads read their digits through :func:`fixed_split` too.
+(:mod:`ampcert.workloads.torch_models` holds the network). The data and its
+fixed split live in :mod:`ampcert.workloads.images` (:func:`fixed_split`),
+where the resnet and numerics workloads read their digits too.
 """
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from ampcert.workloads.base import Budget, Prepared, TorchTask
+from ampcert.workloads.images import (  # noqa: F401 - the digits data, re-exported from where it lives
+    EVAL_FRACTION,
+    SPLIT_SEED,
+    digits_file,
+    fixed_split,
+    load_digits_arrays,
+)
 from ampcert.workloads.init import Initialiser, Weights
-
-EVAL_FRACTION = 0.2
-SPLIT_SEED = 1234
 
 
 class DigitsParams(BaseModel):
@@ -39,35 +41,6 @@ class DigitsParams(BaseModel):
     lr: float = Field(0.05, gt=0)
     momentum: float = Field(0.9, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
-
-
-def digits_file() -> Path:
-    """scikit-learn's bundled copy of the data (a gzipped CSV: 64 pixels, then
-    the label). Found without importing sklearn, which costs ~2 s per process."""
-    spec = importlib.util.find_spec("sklearn")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the digits workload needs scikit-learn (it ships the data set)")
-    path = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz"
-    if not path.exists():
-        raise RuntimeError(f"scikit-learn's digits data is missing: {path}")
-    return path
-
-
-def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
-    """All 1,797 images as float32 (N, 1, 8, 8) in [0, 1], and int64 labels."""
-    data = np.loadtxt(digits_file(), delimiter=",", dtype=np.float32)
-    x = np.ascontiguousarray(data[:, :-1].reshape(-1, 1, 8, 8) / np.float32(16.0))
-    return x, data[:, -1].astype(np.int64)
-
-
-def fixed_split(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(train_x, train_y, eval_x, eval_y): the first ``EVAL_FRACTION`` of a
-    permutation seeded by ``SPLIT_SEED`` evaluates, the rest trains; the same
-    on every machine and for every run seed."""
-    order = np.random.default_rng(SPLIT_SEED).permutation(len(x))
-    n_eval = int(len(x) * EVAL_FRACTION)
-    eval_idx, train_idx = order[:n_eval], order[n_eval:]
-    return x[train_idx], y[train_idx], x[eval_idx], y[eval_idx]
 
 
 def load_digits_tensors():

@@ -35,6 +35,7 @@ errors without decoding everything.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import pickle
 from dataclasses import dataclass, field
@@ -114,10 +115,38 @@ def _limit(x: np.ndarray, y: np.ndarray, n: int | None) -> tuple[np.ndarray, np.
 # ---------------------------------------------------------------- digits
 
 
+def digits_file() -> Path:
+    """scikit-learn's bundled copy of the digits (a gzipped CSV: 64 pixels, then
+    the label). Found without importing sklearn, which costs ~2 s per process."""
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the digits workload needs scikit-learn (it ships the data set)")
+    path = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz"
+    if not path.exists():
+        raise RuntimeError(f"scikit-learn's digits data is missing: {path}")
+    return path
+
+
+def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """All 1,797 images as float32 (N, 1, 8, 8) in [0, 1], and int64 labels."""
+    data = np.loadtxt(digits_file(), delimiter=",", dtype=np.float32)
+    x = np.ascontiguousarray(data[:, :-1].reshape(-1, 1, 8, 8) / np.float32(16.0))
+    return x, data[:, -1].astype(np.int64)
+
+
+def fixed_split(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(train_x, train_y, eval_x, eval_y): the first ``EVAL_FRACTION`` of a
+    permutation seeded by ``SPLIT_SEED`` evaluates, the rest trains; the same
+    on every machine and for every run seed (the digits, resnet and numerics
+    workloads all split the digits this way)."""
+    order = np.random.default_rng(SPLIT_SEED).permutation(len(x))
+    n_eval = int(len(x) * EVAL_FRACTION)
+    eval_idx, train_idx = order[:n_eval], order[n_eval:]
+    return x[train_idx], y[train_idx], x[eval_idx], y[eval_idx]
+
+
 def check_digits() -> None:
     """The bundled data is present (scikit-learn installed)."""
-    from ampcert.workloads.digits import digits_file
-
     try:
         digits_file()
     except RuntimeError as exc:
@@ -126,16 +155,14 @@ def check_digits() -> None:
 
 def load_digits(max_train: int | None = None, max_eval: int | None = None) -> ImageData:
     """scikit-learn's digits, (N, 1, 8, 8), with the digits workload's fixed split."""
-    from ampcert.workloads import digits
-
     check_digits()
-    train_x, train_y, eval_x, eval_y = digits.fixed_split(*digits.load_digits_arrays())
+    train_x, train_y, eval_x, eval_y = fixed_split(*load_digits_arrays())
     train_x, train_y = _limit(train_x, train_y, max_train)
     eval_x, eval_y = _limit(eval_x, eval_y, max_eval)
     return ImageData(
         np.ascontiguousarray(train_x), np.ascontiguousarray(train_y),
         np.ascontiguousarray(eval_x), np.ascontiguousarray(eval_y),
-        classes=[str(i) for i in range(10)], source="digits", path=str(digits.digits_file()),
+        classes=[str(i) for i in range(10)], source="digits", path=str(digits_file()),
         note=f"sklearn load_digits: {len(train_x)} train / {len(eval_x)} eval, fixed split",
     )
 

@@ -50,8 +50,8 @@ from jax import lax
 from ampcert.workloads.base import Prepared
 
 if TYPE_CHECKING:
-    from ampcert.workloads.gpt import GPTPrepared
-    from ampcert.workloads.resnet import ResNetPrepared
+    from ampcert.workloads.gpt_prep import GPTPrepared
+    from ampcert.workloads.resnet_prep import ResNetPrepared
 
 Params = dict[str, jax.Array]
 
@@ -170,7 +170,7 @@ def cross_entropy(logits, y):
 
 def resnet_task(prepared: ResNetPrepared) -> JaxTask:
     """The resnet workload's network (a ``resnet.Layout``) in JAX."""
-    from ampcert.workloads.resnet import EVAL_CHUNK
+    from ampcert.workloads.resnet_prep import EVAL_CHUNK
 
     net = prepared.layout
     assert net is not None
@@ -217,7 +217,7 @@ def resnet_task(prepared: ResNetPrepared) -> JaxTask:
 
 def gpt_task(prepared: GPTPrepared) -> JaxTask:
     """The gpt workload's network (shape from its params) in JAX."""
-    from ampcert.workloads import gpt
+    from ampcert.workloads import gpt_prep
 
     params = prepared.params
     if params.dropout > 0:
@@ -247,7 +247,7 @@ def gpt_task(prepared: GPTPrepared) -> JaxTask:
         return x @ p["tok_emb.weight"].T, s  # the head is tied to the embedding
 
     def evaluate(predict, x, y) -> float:
-        rows = max(1, gpt.EVAL_TOKENS_PER_CHUNK // max(1, x.shape[1]))
+        rows = max(1, gpt_prep.EVAL_TOKENS_PER_CHUNK // max(1, x.shape[1]))
         total = 0.0
         for i in range(0, len(x), rows):
             logits = np.asarray(predict(x[i:i + rows])).astype(np.float32)

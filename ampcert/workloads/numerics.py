@@ -33,7 +33,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from ampcert.workloads.base import Budget, Prepared, TorchTask
-from ampcert.workloads.digits import fixed_split, load_digits_arrays
+from ampcert.workloads.images import fixed_split, load_digits_arrays
 from ampcert.workloads.init import Initialiser, Weights
 
 

@@ -20,14 +20,14 @@ on.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
 from ampcert.errors import UserError
 
 if TYPE_CHECKING:
-    from ampcert.spec import WorkloadEntry
     from ampcert.workloads.base import Budget, Workload
 
 BUILTIN: dict[str, str] = {
@@ -40,6 +40,18 @@ BUILTIN: dict[str, str] = {
 
 
 ENTRY_POINT_GROUP = "ampcert.workloads"
+
+
+class WorkloadEntry(Protocol):
+    """What the registry reads of a suite's workload entry: the workload's
+    name and its params as written. :class:`ampcert.spec.WorkloadEntry` meets
+    it; the registry sits below the suite model and never imports it."""
+
+    @property
+    def workload(self) -> str: ...
+
+    @property
+    def params(self) -> Mapping[str, Any]: ...
 
 
 def plugins() -> dict[str, str]:

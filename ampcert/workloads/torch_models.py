@@ -8,6 +8,9 @@ the network, copies the initial weights in by name (:func:`load_weights`),
 makes device tensors of the data, and supplies the optimizer, loss and metric.
 :mod:`~ampcert.workloads.jax_models` does the same for JAX from the same
 Prepared, so the two frameworks train the same workload from the same bits.
+Both import the workloads' framework-free halves (:mod:`~ampcert.workloads.gpt_prep`,
+:mod:`~ampcert.workloads.resnet_prep`), never the workload objects, which import
+them lazily: the imports run one way.
 
 The modules here hold no initialisation of their own: whatever torch draws
 when a module is constructed is overwritten by :func:`load_weights`, so the
@@ -25,8 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ampcert.workloads import gpt as gpt_workload
-from ampcert.workloads import resnet as resnet_workload
+from ampcert.workloads import gpt_prep, resnet_prep
 from ampcert.workloads.base import Prepared, TorchTask
 from ampcert.workloads.init import Weights
 
@@ -65,8 +67,8 @@ count_parameters = parameter_count
 
 
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    """Top-1 accuracy, fed in chunks of ``resnet.EVAL_CHUNK`` to bound activation memory."""
-    chunk = resnet_workload.EVAL_CHUNK
+    """Top-1 accuracy, fed in chunks of ``resnet_prep.EVAL_CHUNK`` to bound activation memory."""
+    chunk = resnet_prep.EVAL_CHUNK
     correct = 0
     for i in range(0, len(x), chunk):
         logits = model(x[i:i + chunk])
@@ -133,7 +135,7 @@ class ResNet(nn.Module):
     global mean pool (``AdaptiveAvgPool2d``'s CUDA backward is not
     deterministic), linear head."""
 
-    def __init__(self, net: resnet_workload.Layout):
+    def __init__(self, net: resnet_prep.Layout):
         super().__init__()
         conv = nn.Conv2d(net.in_channels, net.width, net.stem_kernel, stride=net.stem_stride,
                          padding=net.stem_padding, bias=False)
@@ -149,11 +151,11 @@ class ResNet(nn.Module):
         return self.head(x.mean(dim=(2, 3)))
 
 
-def build_model(params: resnet_workload.ResNetParams, classes: int, in_channels: int, image_size: int,
+def build_model(params: resnet_prep.ResNetParams, classes: int, in_channels: int, image_size: int,
                 seed: int = 0) -> ResNet:
     """A ResNet for these params and inputs, at the workload's initial weights for ``seed``."""
-    net = resnet_workload.layout(params, classes, in_channels, image_size)
-    return load_weights(ResNet(net), resnet_workload.initial_weights(net, seed))  # type: ignore[return-value]
+    net = resnet_prep.layout(params, classes, in_channels, image_size)
+    return load_weights(ResNet(net), resnet_prep.initial_weights(net, seed))  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,7 @@ class TorchCropFlip:
     pixels moved by torch ops on the batch's own device (no host round trip),
     so the result equals the numpy version's bit for bit."""
 
-    crop: resnet_workload.CropFlip
+    crop: resnet_prep.CropFlip
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         n, c, h, w = x.shape
@@ -179,7 +181,7 @@ class TorchCropFlip:
         return x, y
 
 
-def resnet_task(prepared: resnet_workload.ResNetPrepared, device: str) -> TorchTask:
+def resnet_task(prepared: resnet_prep.ResNetPrepared, device: str) -> TorchTask:
     params = prepared.params
 
     def make_optimizer(parameters):
@@ -188,7 +190,7 @@ def resnet_task(prepared: resnet_workload.ResNetPrepared, device: str) -> TorchT
     assert prepared.layout is not None
     crop = prepared.augment
     return _task(prepared, ResNet(prepared.layout), device, make_optimizer, accuracy,
-                 augment=TorchCropFlip(crop) if isinstance(crop, resnet_workload.CropFlip) else None)
+                 augment=TorchCropFlip(crop) if isinstance(crop, resnet_prep.CropFlip) else None)
 
 
 # --------------------------------------------------------------------------- gpt
@@ -248,12 +250,12 @@ class GPT(nn.Module):
     def __init__(self, n_layer: int, d_model: int, n_head: int, seq_len: int, dropout: float = 0.0):
         super().__init__()
         self.seq_len = seq_len
-        self.tok_emb = nn.Embedding(gpt_workload.VOCAB, d_model)
+        self.tok_emb = nn.Embedding(gpt_prep.VOCAB, d_model)
         self.pos_emb = nn.Embedding(seq_len, d_model)
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(Block(d_model, n_head, dropout) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, gpt_workload.VOCAB, bias=False)
+        self.head = nn.Linear(d_model, gpt_prep.VOCAB, bias=False)
         self.head.weight = self.tok_emb.weight  # tied: one (256, d_model) matrix
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
@@ -267,10 +269,10 @@ class GPT(nn.Module):
         return self.head(self.ln_f(x))
 
 
-def gpt_model(params: gpt_workload.GPTParams, seed: int = 0) -> GPT:
+def gpt_model(params: gpt_prep.GPTParams, seed: int = 0) -> GPT:
     """The GPT these params describe, at the workload's initial weights for ``seed``."""
     model = GPT(params.n_layer, params.d_model, params.n_head, params.seq_len, params.dropout)  # type: ignore[arg-type]
-    return load_weights(model, gpt_workload.initial_weights(params, seed))  # type: ignore[return-value]
+    return load_weights(model, gpt_prep.initial_weights(params, seed))  # type: ignore[return-value]
 
 
 def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -287,8 +289,8 @@ def bits_per_byte(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     the per-byte cross-entropy is computed in fp32 from the logits and summed
     in fp64, so the metric itself does not round differently between
     precisions (or between chunkings).
-    Windows are fed in chunks of at most ``gpt.EVAL_TOKENS_PER_CHUNK`` tokens."""
-    rows = max(1, gpt_workload.EVAL_TOKENS_PER_CHUNK // max(1, x.shape[1]))
+    Windows are fed in chunks of at most ``gpt_prep.EVAL_TOKENS_PER_CHUNK`` tokens."""
+    rows = max(1, gpt_prep.EVAL_TOKENS_PER_CHUNK // max(1, x.shape[1]))
     total = torch.zeros((), dtype=torch.float64, device=x.device)
     for i in range(0, len(x), rows):
         logits = model(x[i:i + rows]).float()
@@ -299,7 +301,7 @@ def bits_per_byte(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return float(total) / y.numel() / math.log(2)
 
 
-def gpt_task(prepared: gpt_workload.GPTPrepared, device: str) -> TorchTask:
+def gpt_task(prepared: gpt_prep.GPTPrepared, device: str) -> TorchTask:
     params, win = prepared.params, prepared.windows
     assert win is not None
 

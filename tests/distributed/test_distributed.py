@@ -13,7 +13,7 @@ from conftest import REPO, cli_env, run_cli
 
 from ampcert.errors import UserError
 from ampcert.report.sign import keygen
-from ampcert.results import ResultsDir, RunResult, atomic_write_json, load
+from ampcert.results import FailureKind, ResultsDir, RunResult, atomic_write_json, load
 from ampcert.runner import shard as sharding
 from ampcert.runner.torchrun import command
 from ampcert.spec import RunSpec, TrainBudget, expand, parse_suite
@@ -204,6 +204,10 @@ def test_two_gloo_ranks_match_the_single_process_run_and_fail_like_workers(tmp_p
     assert runs["killed"].reason.startswith("torchrun exited with code 1 before rank 0 wrote the result")
     assert "SIGKILL" in runs["killed"].reason
     assert runs["digits-timeout"].reason == "timeout: run exceeded 3 s; torchrun and its ranks were killed"
+    # the kind of each failure is recorded as data, not left to the wording
+    assert [runs[k].failure for k in ("raising", "killed", "digits-timeout")] == [
+        FailureKind.ERROR, FailureKind.WORKER_LOST, FailureKind.TIMEOUT]
+    assert single.failure is None and "failure" not in json.loads(ResultsDir(out).result_file(single.run_id).read_text())
     assert _ranks_of(out) == []
 
 

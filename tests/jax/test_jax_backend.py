@@ -108,3 +108,17 @@ def test_audit_backend_jax_passes_for_the_shipped_policy():
     for region in ("jit", "scan", "while", "cond", "custom_jvp", "custom_vjp", "remat"):
         assert any(line.split()[:2] == [region, "yes"] for line in proc.stdout.splitlines()), region
     assert "as the policy says" in proc.stdout
+
+
+def test_a_workload_without_a_jax_version_fails_as_unsupported(tmp_path):
+    """Planning refuses it; a worker started on such a spec anyway records why, as UNSUPPORTED."""
+    from ampcert.results import FailureKind
+    from ampcert.runner.worker import execute
+    from ampcert.spec import expand, parse_suite
+
+    suite = parse_suite({"name": "nojax", "precisions": ["fp32"], "seeds": [0], "device": "cpu",
+                         "train": {"steps": 2, "eval_every": 2}, "workloads": [{"workload": "digits"}]})
+    (spec,) = expand(suite, "cpu")
+    result = execute(spec.model_copy(update={"backend": "jax", "amp": "ampcert"}), tmp_path)
+    assert (result.status, result.failure) == ("failed", FailureKind.UNSUPPORTED)
+    assert result.reason == "workload 'digits' has no JAX version (no build_jax)"

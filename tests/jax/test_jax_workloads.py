@@ -133,7 +133,7 @@ def test_both_backends_train_on_the_same_batches(monkeypatch):
     for a, b in zip(seen["torch"], seen["jax"], strict=True):
         np.testing.assert_array_equal(a, b)
     # the same batches from the same weights: the losses agree to float rounding
-    np.testing.assert_allclose(torch_out["loss"], jax_out["loss"], rtol=1e-3)
+    np.testing.assert_allclose(torch_out.loss, jax_out.loss, rtol=1e-3)
 
 
 def test_batch_order_follows_the_seed_only():

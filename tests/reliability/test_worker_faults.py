@@ -17,7 +17,7 @@ import time
 import pytest
 from conftest import REPO, cli_env
 
-from ampcert.results import ResultsDir, load
+from ampcert.results import FailureKind, ResultsDir, load
 
 MEMORY = """
 name: memory
@@ -88,6 +88,7 @@ def test_a_worker_out_of_memory_fails_alone_with_the_reason(memory_run):
     runs = _by_label(out)
     assert runs["oom"].status == "failed" and "can't allocate memory" in runs["oom"].reason
     assert runs["oom_python"].status == "failed" and runs["oom_python"].reason.startswith("MemoryError")
+    assert runs["oom"].failure == runs["oom_python"].failure == FailureKind.ERROR  # the worker caught both
     # the failed steps are recorded, and the traceback is kept beside the result
     assert runs["oom"].steps == 0 and (ResultsDir(out).run_dir(runs["oom"].run_id) / "error.txt").is_file()
     # each run has its own process: the runs after the out-of-memory ones train normally
@@ -137,3 +138,51 @@ def test_corrupted_plan_verdicts_and_report_are_one_line_exit_2(memory_run, tmp_
         assert proc.returncode == 2, (name, out, err)
         lines = err.strip().splitlines()
         assert len(lines) == 1 and cases[name][3] in lines[0] and "Traceback" not in out + err, (name, err)
+
+
+# --------------------------------------------------------------------------- failure kinds
+
+
+def test_the_kind_of_a_failure_comes_from_the_exception_type_not_its_words():
+    from ampcert.backends.contract import NonFiniteLoss, RunFailed, Unsupported
+    from ampcert.errors import UserError
+    from ampcert.runner.worker import classify
+
+    class RunFailedLookalike(Exception):  # the name alone makes nothing the harness's own
+        pass
+
+    RunFailedLookalike.__name__ = "RunFailed"
+    assert classify(NonFiniteLoss("non-finite loss at step 5 (fp32, no loss scaling)")) == (
+        FailureKind.NON_FINITE, "non-finite loss at step 5 (fp32, no loss scaling)")
+    assert classify(Unsupported("no JAX version")) == (FailureKind.UNSUPPORTED, "no JAX version")
+    assert classify(RunFailed("rank 0 ended the run at step 3")) == (FailureKind.ERROR, "rank 0 ended the run at step 3")
+    assert classify(UserError("params: bad")) == (FailureKind.BAD_INPUT, "params: bad")
+    # a message that merely mentions nan or non-finite is an error in the training code
+    assert classify(ValueError("loss is nan, non-finite")) == (FailureKind.ERROR, "ValueError: loss is nan, non-finite")
+    assert classify(RunFailedLookalike("x")) == (FailureKind.ERROR, "RunFailed: x")
+
+
+def _spec(workload: str, **update):
+    from ampcert.spec import expand, parse_suite
+
+    suite = parse_suite({"name": "kinds", "precisions": ["fp32"], "seeds": [0], "device": "cpu",
+                         "train": {"steps": 8, "eval_every": 4}, "workloads": [{"workload": workload}]})
+    (spec,) = expand(suite, "cpu")
+    return spec.model_copy(update=update)
+
+
+def test_a_non_finite_loss_is_recorded_as_such_with_its_reason(tmp_path):
+    import torch
+
+    from ampcert.runner.worker import execute
+
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    try:
+        result = execute(_spec("fault_workloads:nan"), tmp_path)
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+    assert (result.status, result.failure) == ("failed", FailureKind.NON_FINITE)
+    assert result.reason == "non-finite loss at step 5 (fp32, no loss scaling)"
+    assert ResultsDir(tmp_path).read_result(result.run_id) == result
+    # a failed run measured nothing: no phases, no loss scaling record
+    assert result.phases is None and result.loss_scale is None and result.steps == 0
