@@ -213,7 +213,8 @@ class _NoCtx:
         return False
 
 
-def _resolve(device_type: str, policy: OpPolicy | str | None, dtype: torch.dtype | None):
+def _resolve(device_type: str, policy: OpPolicy | str | None,
+             dtype: torch.dtype | None) -> tuple[OpPolicy, torch.dtype]:
     if policy is None:
         policy = shipped_policy(device_type)
     elif not isinstance(policy, OpPolicy):
@@ -285,7 +286,8 @@ def audit_op(op: str, family: str, device_type: str, policy: OpPolicy, dtype: to
                 # not bitwise reproducible run to run, and one repeat may happen to agree
                 # with itself. Repeat both sides: an exact match in any pair agrees; if
                 # native disagrees with itself, compare with a dtype tolerance instead.
-                amp_runs, nat_runs = [amp_out], [nat_out]
+                amp_runs: list[list[torch.Tensor] | None] = [amp_out]
+                nat_runs: list[list[torch.Tensor] | None] = [nat_out]
                 for _ in range(_VALUE_RETRIES):
                     amp_runs.append(_run(thunk, autocast(device_type, dtype=dtype, policy=policy))[1])
                     nat_runs.append(_run(thunk, _native_ctx(device_type, dtype))[1])
@@ -325,11 +327,11 @@ def audit_torch(
     has sample inputs but is *not* in the policy is audited too (family ``none``):
     both engines must then leave it alone.
     """
-    policy, dtype = _resolve(device_type, policy, dtype)
-    names = list(policy.ops) if ops is None else list(ops)
+    pol, low = _resolve(device_type, policy, dtype)
+    names = list(pol.ops) if ops is None else list(ops)
     if unlisted:
-        names += [op for op in sample_ops() if op not in policy.ops and op not in names]
-    return [audit_op(op, policy.family(op) or "none", device_type, policy, dtype) for op in names]
+        names += [op for op in sample_ops() if op not in pol.ops and op not in names]
+    return [audit_op(op, pol.family(op) or "none", device_type, pol, low) for op in names]
 
 
 def format_table(rows: Sequence[AuditRow]) -> str:

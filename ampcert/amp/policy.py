@@ -233,7 +233,7 @@ def shipped_policy(device_type: str, framework: str = "torch") -> OpPolicy:
     return _load_cached(str(path))
 
 
-def load_policy(path_or_name: str | Path) -> OpPolicy:
+def load_policy(path_or_name: OpPolicy | str | Path) -> OpPolicy:
     """Load a policy from a YAML path or a shipped policy name (``torch-cpu``)."""
     if isinstance(path_or_name, OpPolicy):  # convenience: already loaded
         return path_or_name
@@ -343,7 +343,7 @@ def _load_file(path: Path, chain: tuple[Path, ...]) -> OpPolicy:
         )
     device_types = (_JAX_DEVICE_TYPE,) if framework == "jax" else _DEVICE_TYPES
     device_type = doc.get("device_type", base.device_type if base else (_JAX_DEVICE_TYPE if framework == "jax" else None))
-    if device_type not in device_types:
+    if not isinstance(device_type, str) or device_type not in device_types:
         raise PolicyError(f"{where}: device_type: expected one of {list(device_types)}, got {device_type!r}")
     if base is not None and device_type != base.device_type:
         raise PolicyError(

@@ -52,7 +52,7 @@ import types
 import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -480,7 +480,7 @@ class autocast:
                 raise
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         st = _STATE
         if st.stack:
             st.stack.pop()

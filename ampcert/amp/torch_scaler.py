@@ -429,6 +429,9 @@ class DynamicLossScaler:
             # Native path, identical to GradScaler: the optimizer unscales and skips
             # inside its own kernel using grad_scale / found_inf.
             kwargs_ = kwargs
+            # grad_scale / found_inf are the fused optimizers' AMP contract (GradScaler sets
+            # them too); torch.optim.Optimizer does not declare them, hence the Any view.
+            amp_optimizer: Any = optimizer
             has_grad_scaler_kwarg = "grad_scaler" in inspect.signature(optimizer.step).parameters
             if has_grad_scaler_kwarg:
                 warnings.warn(
@@ -449,17 +452,17 @@ class DynamicLossScaler:
                         for t in optimizer_state["found_inf_per_device"].values()
                     ),
                 )
-                optimizer.grad_scale = (  # type: ignore[attr-defined]
+                amp_optimizer.grad_scale = (
                     getattr(optimizer, "grad_scale", None)
                     if optimizer_state["stage"] == OptState.UNSCALED
                     else scaler * getattr(optimizer, "grad_scale", 1)
                 )
-                optimizer.found_inf = found_inf  # type: ignore[attr-defined]
+                amp_optimizer.found_inf = found_inf
             retval = optimizer.step(*args, **kwargs_)
             optimizer_state["stage"] = OptState.STEPPED
             if not has_grad_scaler_kwarg:
-                del optimizer.grad_scale  # type: ignore[attr-defined]
-                del optimizer.found_inf  # type: ignore[attr-defined]
+                del amp_optimizer.grad_scale
+                del amp_optimizer.found_inf
             return retval
 
         if optimizer_state["stage"] is OptState.READY:

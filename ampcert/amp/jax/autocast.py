@@ -66,7 +66,7 @@ import collections
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import jax
 import jax.numpy as jnp
@@ -347,7 +347,10 @@ class _Rewriter:
         (the JVP rule, or the VJP's ``fwd``) rewritten, signatures kept."""
         p = eqn.params
         [primal] = region.programs(p)
-        thunk = p[region.rule_param]
+        rule_param = region.rule_param
+        if rule_param is None:  # compat's custom_jvp/custom_vjp rows always name their rule's param
+            raise RuntimeError(f"{eqn.primitive.name}: the compat Region ({region.kind}) names no rule_param")
+        thunk = p[rule_param]
 
         @functools.cache
         def rewritten_rule(*zeros):
@@ -357,7 +360,7 @@ class _Rewriter:
             return (new.jaxpr, new.consts, *rest)
 
         new_params = {**region.with_programs(p, [self.retrace(primal)]),
-                      region.rule_param: lu.wrap_init(rewritten_rule, debug_info=thunk.debug_info)}
+                      rule_param: lu.wrap_init(rewritten_rule, debug_info=thunk.debug_info)}
         return self._bind(eqn, self._original_dtypes(eqn, invals), new_params)
 
     #: region kind (compat.Region.kind) -> handler
@@ -462,6 +465,15 @@ class AutocastFunction:
 
     def cache_size(self) -> int:
         return len(self._cache)
+
+
+@overload
+def autocast(fn: Callable, policy: OpPolicy | str | None = ..., dtype: Any = ...) -> AutocastFunction: ...
+
+
+@overload
+def autocast(fn: None = None, policy: OpPolicy | str | None = ...,
+             dtype: Any = ...) -> Callable[[Callable], AutocastFunction]: ...
 
 
 def autocast(fn: Callable | None = None, policy: OpPolicy | str | None = None,

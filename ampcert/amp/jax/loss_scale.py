@@ -149,8 +149,8 @@ class DynamicLossScale:
             unknown = sorted(set(deprecated) - set(RENAMED))
             if unknown:
                 raise TypeError(f"DynamicLossScale() got an unexpected keyword argument {unknown[0]!r}")
-            knobs = {"growth_interval": growth_interval, "growth_factor": growth_factor,
-                     "backoff_factor": backoff_factor, "min_scale": min_scale, "max_scale": max_scale}
+            knobs: dict[str, Any] = {"growth_interval": growth_interval, "growth_factor": growth_factor,
+                                     "backoff_factor": backoff_factor, "min_scale": min_scale, "max_scale": max_scale}
             for old, value in deprecated.items():
                 new = RENAMED[old]
                 if knobs[new] != _DEFAULTS[new]:  # the new name was given too
