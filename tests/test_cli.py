@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import REPO, assert_one_line_error, run_cli, snapshot
+from conftest import REPO, assert_one_line_error, snapshot
+from factories import warm_cli
 
 
 @pytest.mark.parametrize(
@@ -27,13 +28,13 @@ def test_bad_suite_is_one_line_exit_2_and_output_untouched(tmp_path, write_suite
     (out / "runs" / "r1").mkdir(parents=True)
     (out / "runs" / "r1" / "result.json").write_text('{"precious": true}')
     before = snapshot(out)
-    proc = run_cli("run", write_suite(text), "--out", out)
+    proc = warm_cli("run", write_suite(text), "--out", out)
     assert_one_line_error(proc, *fragments)
     assert snapshot(out) == before
 
 
 def test_missing_suite_file(tmp_path):
-    assert_one_line_error(run_cli("run", tmp_path / "nope.yaml"), "nope.yaml", "not found")
+    assert_one_line_error(warm_cli("run", tmp_path / "nope.yaml"), "nope.yaml", "not found")
 
 
 def test_refuses_non_empty_out_folder_and_keeps_it(tmp_path):
@@ -41,7 +42,7 @@ def test_refuses_non_empty_out_folder_and_keeps_it(tmp_path):
     out.mkdir()
     (out / "summary.json").write_text("{}")
     before = snapshot(out)
-    proc = run_cli("run", "suites/smoke.yaml", "--out", out)
+    proc = warm_cli("run", "suites/smoke.yaml", "--out", out)
     assert_one_line_error(proc, "not empty", "--resume")
     assert snapshot(out) == before
 
@@ -49,31 +50,33 @@ def test_refuses_non_empty_out_folder_and_keeps_it(tmp_path):
 def test_unwritable_out_folder(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    assert_one_line_error(run_cli("run", "suites/smoke.yaml", "--out", blocker / "sub"), "cannot write there")
+    assert_one_line_error(warm_cli("run", "suites/smoke.yaml", "--out", blocker / "sub"), "cannot write there")
 
 
 def test_resume_needs_a_results_folder(tmp_path):
-    assert_one_line_error(run_cli("run", "--resume", tmp_path / "nope"), "results folder not found")
-    assert_one_line_error(run_cli("run", "--resume", tmp_path), "not an ampcert results folder")
-    assert_one_line_error(run_cli("report", tmp_path), "no plan.json")
+    assert_one_line_error(warm_cli("run", "--resume", tmp_path / "nope"), "results folder not found")
+    assert_one_line_error(warm_cli("run", "--resume", tmp_path), "not an ampcert results folder")
+    assert_one_line_error(warm_cli("report", tmp_path), "no plan.json")
 
 
 def test_dry_run_prints_the_matrix_and_writes_nothing(tmp_path):
+    # from an empty working folder, where a run would write its default reports/<suite>-<time>/
     before = snapshot(REPO / "reports")
-    proc = run_cli("run", "suites/smoke.yaml", "--dry-run")
+    proc = warm_cli("run", REPO / "suites" / "smoke.yaml", "--dry-run", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "suite smoke: 12 runs on" in proc.stdout
     for precision in ("fp32", "bf16", "fp16"):
         for workload in ("resnet", "gpt"):
             assert f"{workload}-{precision}-native-s0-" in proc.stdout
         assert f"{precision}: " in proc.stdout  # capability line per precision
+    assert list(tmp_path.iterdir()) == []
     assert snapshot(REPO / "reports") == before
 
 
 def test_list_and_env():
-    listing = run_cli("list")
+    listing = warm_cli("list")
     assert listing.returncode == 0 and "digits" in listing.stdout and "suites/smoke.yaml" in listing.stdout
-    env = run_cli("env", "--json")
+    env = warm_cli("env", "--json")
     assert env.returncode == 0, env.stderr
     fp = json.loads(env.stdout)
     assert fp["packages"]["torch"] and fp["cpu"]["logical_cores"] >= 1

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import REPO, assert_one_line_error, cli_env, run_cli
+from factories import built_once, warm_cli
 from rich.console import Console
 
 import ampcert
@@ -50,26 +51,33 @@ class Folder:
     pub: Path
 
 
+def _build(base: Path) -> None:
+    from ampcert.report.sign import keygen
+
+    suite = base / "suite.yaml"
+    suite.write_text(SUITE)
+    root = base / "results"
+    proc = run_cli("run", suite, "--out", root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    signed = base / "signed"
+    shutil.copytree(root, signed)
+    key, _ = keygen(base / "signing.key")
+    proc = run_cli("sign", signed, "--key", key)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 _SHARED: dict[str, Folder] = {}
 
 
 def shared_folder(tmp_path_factory) -> Folder:
-    """One tiny real results folder for the CLI tests of this session (built once, ~10 s)."""
+    """One tiny real results folder for the CLI tests of this session (trained once, ~10 s,
+    by whichever test process asks first; tests/test_cli_imports.py uses it too), copied
+    into this process's temp folder: commands that re-render it never meet another's lock."""
     if "folder" not in _SHARED:
-        from ampcert.report.sign import keygen
-
         base = tmp_path_factory.mktemp("cli-folder")
-        suite = base / "suite.yaml"
-        suite.write_text(SUITE)
-        root = base / "results"
-        proc = run_cli("run", suite, "--out", root)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        signed = base / "signed"
-        shutil.copytree(root, signed)
-        key, pub = keygen(base / "signing.key")
-        proc = run_cli("sign", signed, "--key", key)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        _SHARED["folder"] = Folder(suite, root, signed, key, pub)
+        shutil.copytree(built_once(tmp_path_factory, "cli-folder", _build), base, dirs_exist_ok=True)
+        _SHARED["folder"] = Folder(base / "suite.yaml", base / "results", base / "signed", base / "signing.key",
+                                   base / "signing.key.pub")
     return _SHARED["folder"]
 
 
@@ -82,7 +90,7 @@ def folder(tmp_path_factory) -> Folder:
 
 
 def test_version():
-    proc = run_cli("--version")
+    proc = warm_cli("--version")
     assert proc.returncode == 0 and proc.stdout == f"ampcert {ampcert.__version__}\n" and not proc.stderr
     assert ampcert.__version__ == "0.1.0"
 
@@ -106,8 +114,10 @@ def _table_commands(f: Folder, tmp: Path) -> dict[str, list]:
 
 def test_piped_tables_at_80_columns_are_plain_and_whole(folder, tmp_path):
     summary = json.loads((folder.root / "summary.json").read_text())
+    outputs = {}
     for name, args in _table_commands(folder, tmp_path).items():
-        proc = run_cli(*args, env={"COLUMNS": "80"})
+        proc = warm_cli(*args, env={"COLUMNS": "80"})
+        outputs[name] = proc.stdout
         assert proc.returncode in (0, 1), (name, proc.stdout + proc.stderr)
         out = proc.stdout
         assert "…" not in out, (name, out)
@@ -124,8 +134,7 @@ def test_piped_tables_at_80_columns_are_plain_and_whole(folder, tmp_path):
             run_ids = [p.name for p in (folder.root / "runs").iterdir()]
             assert run_ids and all(run_id in out for run_id in run_ids), out  # run ids never cut
     # the summary's header is the full words it always was
-    header = next(line for line in run_cli("report", folder.root, env={"COLUMNS": "80"}).stdout.splitlines()
-                  if line.startswith("workload"))
+    header = next(line for line in outputs["report"].splitlines() if line.startswith("workload"))
     assert header.split() == ["workload", "prec", "runs", "metric", "target", "samples/s", "speedup", "MFU",
                               "accel"] + (["note"] if any(g.get("note") for g in summary["groups"]) else [])
 
@@ -244,22 +253,22 @@ def test_every_table_command_prints_json(folder, tmp_path):
         "dry-run": (["run", folder.suite, "--dry-run"], {"suite", "runs", "capabilities"}),
         "merge": (["merge", tmp_path / "merged", folder.root], {"results", "summary", "merged"}),
     }
+    printed = {}
     for name, (args, keys) in expect.items():
         flag = ["--json", "-"] if name in ("compare", "plan") else ["--json"]
-        proc = run_cli(*args, *flag, cwd=tmp_path)
+        proc = warm_cli(*args, *flag, cwd=tmp_path)
         assert proc.returncode in (0, 1), (name, proc.stdout + proc.stderr)
-        data = json.loads(proc.stdout)  # stdout is the JSON and nothing else
+        printed[name] = data = json.loads(proc.stdout)  # stdout is the JSON and nothing else
         assert keys <= set(data), (name, sorted(data))
         assert not ANSI.search(proc.stdout)
     assert not (tmp_path / "-").exists()
-    summary = json.loads(run_cli("report", folder.root, "--json").stdout)["summary"]
-    assert summary == json.loads((folder.root / "summary.json").read_text())
+    assert printed["report"]["summary"] == json.loads((folder.root / "summary.json").read_text())
 
 
 def test_json_to_a_file_still_works(folder, tmp_path):
     for args in (["compare", folder.root, folder.root], ["plan", folder.root, "--target-samples", "1000"]):
         out = tmp_path / f"{args[0]}.json"
-        proc = run_cli(*args, "--json", out)
+        proc = warm_cli(*args, "--json", out)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert json.loads(out.read_text()) and f"wrote {out}" in proc.stdout
 
@@ -268,11 +277,11 @@ def test_json_to_a_file_still_works(folder, tmp_path):
 
 
 def test_no_color_wins_over_force_color(folder):
-    forced = run_cli("compare", folder.root, folder.root, env={"FORCE_COLOR": "1", "COLUMNS": "200"})
+    forced = warm_cli("compare", folder.root, folder.root, env={"FORCE_COLOR": "1", "COLUMNS": "200"})
     assert ANSI.search(forced.stdout), "FORCE_COLOR alone colours (or this test proves nothing)"
     for args in (["compare", folder.root, folder.root], ["report", folder.root], ["list"],
                  ["certify", folder.root]):
-        proc = run_cli(*args, env={"NO_COLOR": "1", "FORCE_COLOR": "1"})
+        proc = warm_cli(*args, env={"NO_COLOR": "1", "FORCE_COLOR": "1"})
         assert proc.returncode in (0, 1), proc.stdout + proc.stderr
         assert not ANSI.search(proc.stdout + proc.stderr), (args, proc.stdout)
         assert not BOX & set(proc.stdout)  # and a pipe is not taken for a terminal
@@ -282,11 +291,11 @@ def test_no_color_wins_over_force_color(folder):
 
 
 def test_list_names_the_shipped_policies_and_rule_packs():
-    proc = run_cli("list")
+    proc = warm_cli("list")
     assert proc.returncode == 0, proc.stderr
     for name in resources.shipped_names("policy") + resources.shipped_names("rules"):
         assert name in proc.stdout
-    data = json.loads(run_cli("list", "--json").stdout)
+    data = json.loads(warm_cli("list", "--json").stdout)
     assert data["policies"] == list(resources.shipped_names("policy"))
     assert data["rules"] == list(resources.shipped_names("rules"))
 
@@ -294,8 +303,7 @@ def test_list_names_the_shipped_policies_and_rule_packs():
 def test_show_prints_the_shipped_text_exactly(tmp_path):
     for kind in resources.KINDS:
         for name in resources.shipped_names(kind):
-            proc = subprocess.run([sys.executable, "-m", "ampcert", "show", kind, name], cwd=tmp_path,
-                                  env=cli_env(), capture_output=True, timeout=60)
+            proc = warm_cli("show", kind, name, cwd=tmp_path, text=False, timeout=60)
             assert proc.returncode == 0 and not proc.stderr, proc.stderr
             assert proc.stdout == resources.shipped_path(kind, name).read_bytes()
 
@@ -313,12 +321,12 @@ def test_show_prints_the_shipped_text_exactly(tmp_path):
     (["nosuchcommand"], ["nosuchcommand"]),
 ])
 def test_bad_input_is_one_line_exit_2(args, fragments):
-    assert_one_line_error(run_cli(*args), *fragments)
+    assert_one_line_error(warm_cli(*args), *fragments)
 
 
 def test_json_to_an_unwritable_file_is_one_line(folder, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    assert_one_line_error(run_cli("compare", folder.root, folder.root, "--json", blocker / "gate.json"), "cannot write")
-    assert_one_line_error(run_cli("plan", folder.root, "--target-samples", "10", "--json", blocker / "plan.json"),
+    assert_one_line_error(warm_cli("compare", folder.root, folder.root, "--json", blocker / "gate.json"), "cannot write")
+    assert_one_line_error(warm_cli("plan", folder.root, "--target-samples", "10", "--json", blocker / "plan.json"),
                    "cannot write")

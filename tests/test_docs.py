@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
+from factories import WarmCLI
 
 DOCS = REPO / "docs"
 FENCE = re.compile(r"^```(\w+) runnable\n(.*?)^```", re.S | re.M)
@@ -34,11 +35,23 @@ def scratch(tmp_path_factory):
     return folder
 
 
-def _env() -> dict[str, str]:
+def _base_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     env["COLUMNS"] = "160"
+    return env
+
+
+# The blocks' `ampcert` commands run warm (forked from an interpreter with the heavy
+# libraries imported: ~0.5 s, not 3, a command); a block that sets another PYTHONPATH
+# gets the real entry point. The cold start is tested in test_cli_imports.py and test_wheel.py.
+_CLI = WarmCLI(_base_env())
+
+
+def _env() -> dict[str, str]:
+    env = _base_env()
+    env["PATH"] = os.pathsep.join([str(_CLI.bin_dir()), env["PATH"]])
     return env
 
 
@@ -73,3 +86,17 @@ def test_every_suite_field_is_documented():
 
 def test_readme_links_the_docs():
     assert "docs/README.md" in (REPO / "README.md").read_text()
+
+
+def _test_command() -> str:
+    """The README's command that runs the tests (the block after "Run the tests:")."""
+    after = (REPO / "README.md").read_text().split("Run the tests:", 1)[1]
+    return re.search(r"```sh\n(.*?)\n```", after, re.S).group(1).strip()
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    command = _test_command()
+    assert "pytest" in command and "\n" not in command
+    assert command in (REPO / ".ci" / "run").read_text().splitlines()
+    # the parallel run leaves out exactly what the serial run takes: together, every test
+    assert "-m 'not serial'" in command and command.endswith("pytest -m serial")

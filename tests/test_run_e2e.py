@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 
 import pytest
 from conftest import REPO, cli_env, run_cli, snapshot
+from factories import warm_cli
 
 from ampcert import mllog
 from ampcert.results import ResultsDir, load
@@ -26,10 +28,22 @@ workloads:
 """
 
 
-def test_run_writes_results_logs_and_summary(tmp_path, write_suite):
-    out = tmp_path / "out"
-    proc = run_cli("run", write_suite(TINY), "--out", out)
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """TINY run for real once; the tests below read it or work on copies."""
+    folder = tmp_path_factory.mktemp("tiny")
+    suite = folder / "suite.yaml"
+    suite.write_text(TINY)
+    out = folder / "out"
+    proc = run_cli("run", suite, "--out", out)
+    return suite, out, proc
+
+
+def test_run_writes_results_logs_and_summary(tiny, tmp_path):
+    _, original, proc = tiny
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = tmp_path / "out"
+    shutil.copytree(original, out)
     rs = load(out)
     assert rs.missing == [] and len(rs.runs) == 2
     for r in rs.runs:
@@ -53,7 +67,7 @@ def test_run_writes_results_logs_and_summary(tmp_path, write_suite):
     assert (out / "summary.html").read_text().count("<tr") == 1 + 2 + 1 + 2
     # `ampcert report` re-renders the same summary from what is stored.
     before = snapshot(out)
-    assert run_cli("report", out).returncode == 0
+    assert warm_cli("report", out).returncode == 0
     assert snapshot(out) == before
     assert "digits-fp32-native-s0-" in proc.stdout and "[completed]" in proc.stdout
 
@@ -104,7 +118,7 @@ RESUMABLE = """
 name: resumable
 precisions: [fp32]
 seeds: [0, 1, 2, 3]
-train: {steps: 80, eval_every: 40}
+train: {steps: 40, eval_every: 20}
 workloads:
   - workload: digits
 """
@@ -139,19 +153,22 @@ def test_sigkill_then_resume_completes_without_redoing_runs(tmp_path, write_suit
     assert resumed.stdout.count("[completed]") == 4 - len(done_before)
 
 
-def test_a_second_invocation_on_the_same_folder_is_refused(tmp_path, write_suite):
+def test_a_second_invocation_on_the_same_folder_is_refused(tiny, tmp_path):
+    suite, original, proc = tiny
     out = tmp_path / "out"
-    assert run_cli("run", write_suite(TINY), "--out", out, "--dry-run").returncode == 0
-    proc = run_cli("run", write_suite(TINY), "--out", out)
-    assert proc.returncode == 0
+    assert warm_cli("run", suite, "--out", out, "--dry-run").returncode == 0
+    assert not out.exists() or not any(out.iterdir())  # a dry run leaves the folder free for the run
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    shutil.copytree(original, out, dirs_exist_ok=True)  # what `ampcert run TINY --out out` wrote there
     (out / ".lock").write_text(str(os.getpid()))  # a live owner: this test process
-    again = run_cli("run", "--resume", out)
+    again = warm_cli("run", "--resume", out)
     assert again.returncode == 2 and "another ampcert" in again.stderr
     (out / ".lock").write_text("999999999")  # a dead owner: stale, taken over
-    assert run_cli("run", "--resume", out).returncode == 0
+    assert warm_cli("run", "--resume", out).returncode == 0
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # its wall time is under test: it runs alone, after the parallel run
 def test_smoke_suite_as_shipped(tmp_path):
     """The README's main job: suites/smoke.yaml, all runs, under its 3-minute budget."""
     start = time.monotonic()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_cli
+from factories import warm_cli
 
 from ampcert.certify.compliance import check_log, load_compliance_rules
 
@@ -54,14 +54,14 @@ def test_value_checks_and_garbage_lines(tmp_path):
 
 def test_check_cli_on_real_logs_and_bad_ones(tmp_path):
     good = _log(tmp_path / "good.mllog", GOOD)
-    proc = run_cli("check", good)
+    proc = warm_cli("check", good)
     assert proc.returncode == 0 and "0 violation(s)" in proc.stdout, proc.stdout + proc.stderr
     bad = _log(tmp_path / "bad.mllog", GOOD[:-1])
-    proc = run_cli("check", good, bad)
+    proc = warm_cli("check", good, bad)
     assert proc.returncode == 1 and f"{bad}:15: keys.run_stop" in proc.stdout
-    proc = run_cli("check", tmp_path / "nope.mllog")
+    proc = warm_cli("check", tmp_path / "nope.mllog")
     assert proc.returncode == 2 and "no such log file" in proc.stderr
     rules = tmp_path / "rules.yaml"
     rules.write_text("name: r\nkeys:\n  - {key: a, count: sometimes}\n")
-    proc = run_cli("check", good, "--rules", rules)
+    proc = warm_cli("check", good, "--rules", rules)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1

@@ -138,6 +138,7 @@ def _write_report(folder: Path, path: Path, suite_name: str | None = None, relab
 # --------------------------------------------------------------------------- the gate
 
 
+@pytest.mark.serial  # throughput is under test: it runs alone, after the parallel run
 def test_injected_slowdown_is_flagged(folders, tmp_path):
     base, cand = folders["base1"], folders["cand"]
     if _row(_compare(base, cand), DIGITS, "samples_per_s").status == "INCONCLUSIVE":

@@ -17,6 +17,7 @@ need them share one wait.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
@@ -25,10 +26,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+import traceback
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 from conftest import REPO, cli_env
+from factories import session_dir
 
 from ampcert.report.sign import keygen
 from ampcert.results import ResultsDir
@@ -250,6 +254,7 @@ class Lab:
              for i, c in enumerate(self.chains)]
         for t in self.threads:
             t.start()
+        threading.Thread(target=self._record).start()
 
     def _logdir(self, name: str) -> Path:
         path = self.logs / name
@@ -271,22 +276,74 @@ class Lab:
                               capture_output=True, text=True, timeout=600)
         self.procs[name] = proc
 
-    def wait(self) -> Lab:
+    def _record(self) -> None:
+        """When every thread is done: what the tests read, to lab.json (any process may wait for it)."""
         for t in self.threads:
             t.join()
-        if self.errors:
-            raise self.errors[0]
-        return self
+        state = {
+            "root": str(self.root), "key": str(self.key), "pub": str(self.pub), "wall": self.wall,
+            "procs": {name: {"args": p.args, "returncode": p.returncode, "stdout": p.stdout, "stderr": p.stderr}
+                      for name, p in self.procs.items()},
+            "errors": ["".join(traceback.format_exception(e)) for e in self.errors],
+            "chains": [asdict(c) for c in self.chains],
+        }
+        tmp = self.root / ".lab.json.tmp"
+        tmp.write_text(json.dumps(state, default=str))
+        tmp.rename(self.root / "lab.json")
 
 
-_LAB: list[Lab] = []
+@dataclass
+class LabResult:
+    """What a finished Lab left, as the tests read it (in whichever process ran it)."""
+
+    root: Path
+    key: Path
+    pub: Path
+    wall: dict[str, float]
+    procs: dict[str, subprocess.CompletedProcess]
+    chains: list[SimpleNamespace]
+
+
+class Handle:
+    def __init__(self, root: Path):
+        self.root = root
+
+    def wait(self, timeout: float = 1500) -> LabResult:
+        state_file = self.root / "lab.json"
+        deadline = time.monotonic() + timeout
+        while not state_file.exists():
+            assert time.monotonic() < deadline, f"the reliability lab did not finish in {timeout} s"
+            time.sleep(0.2)
+        state = json.loads(state_file.read_text())
+        if state["errors"]:
+            raise AssertionError("the reliability lab failed:\n" + state["errors"][0])
+        paths = ("suite", "out", "logs")
+        return LabResult(
+            root=Path(state["root"]), key=Path(state["key"]), pub=Path(state["pub"]), wall=state["wall"],
+            procs={name: subprocess.CompletedProcess(p["args"], p["returncode"], p["stdout"], p["stderr"])
+                   for name, p in state["procs"].items()},
+            chains=[SimpleNamespace(**{k: Path(v) if k in paths else v for k, v in c.items()})
+                    for c in state["chains"]])
+
+
+_LAB: list[Handle] = []
 USERS = ("test_kill_resume", "test_same_suite_twice_determinism", "test_signing_security")
 
 
-def lab(tmp_path_factory) -> Lab:
-    """The one Lab of this test session (started on first use)."""
+def lab(tmp_path_factory) -> Handle:
+    """The one Lab of this test session, started on first use by whichever process
+    (pytest-xdist worker) asks first; every process waits for the same one."""
     if not _LAB:
-        _LAB.append(Lab(tmp_path_factory.mktemp("reliability-lab")))
+        shared = session_dir(tmp_path_factory)
+        root = shared / "reliability-lab"
+        with open(shared / "reliability-lab.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if not root.exists():
+                    Lab(root)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        _LAB.append(Handle(root))
     return _LAB[0]
 
 

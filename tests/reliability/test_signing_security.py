@@ -10,8 +10,8 @@ import shutil
 import stat
 
 import pytest
-from conftest import run_cli
 from cryptography.hazmat.primitives import serialization
+from factories import warm_cli
 from rel_lab import lab
 
 from ampcert.report.model import load_report
@@ -68,12 +68,12 @@ def test_loose_key_permissions_warn_and_strict_ones_do_not(the_lab, tmp_path):
     loose = tmp_path / "loose.key"
     shutil.copyfile(the_lab.key, loose)
     os.chmod(loose, 0o644)
-    proc = run_cli("sign", folder, "--key", loose)
+    proc = warm_cli("sign", folder, "--key", loose)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"ampcert: warning: {loose}: private key is accessible to other users (mode 644); chmod 600" in proc.stderr
     assert verify_envelope(folder / "report.dsse.json", load_public_key(the_lab.pub))
     assert stat.S_IMODE(os.stat(the_lab.key).st_mode) == 0o600
-    strict = run_cli("sign", folder, "--key", the_lab.key)
+    strict = warm_cli("sign", folder, "--key", the_lab.key)
     assert strict.returncode == 0 and "warning" not in strict.stderr, strict.stderr
 
 
@@ -99,11 +99,11 @@ def test_an_envelope_rejects_another_valid_report_swapped_in(the_lab, tmp_path):
     # The other report signed too, by the same key: each envelope still vouches only for its own files.
     resigned = tmp_path / "other-signed"
     shutil.copytree(other, resigned)
-    assert run_cli("sign", resigned, "--key", the_lab.key).returncode == 0
+    assert warm_cli("sign", resigned, "--key", the_lab.key).returncode == 0
     verify_envelope(resigned / "report.dsse.json", key)
     with pytest.raises(VerificationError, match="does not match the signed"):
         verify_envelope(swapped("signed-other", ("report.json", "report.html"), source=resigned), key)
     with pytest.raises(VerificationError, match="does not match the signed"):
         verify_envelope(swapped("envelope-swap", ("report.dsse.json",), source=resigned), key)
-    proc = run_cli("verify", tmp_path / "both" / "report.dsse.json", "--pubkey", the_lab.pub)
+    proc = warm_cli("verify", tmp_path / "both" / "report.dsse.json", "--pubkey", the_lab.pub)
     assert proc.returncode == 1 and "NOT VERIFIED" in proc.stderr and "report.json: sha256" in proc.stderr

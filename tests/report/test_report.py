@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 from conftest import REPO, chromium, run_cli
+from factories import warm_cli
 
 from ampcert.report.model import SCHEMA_FILE, json_schema
 from ampcert.report.sign import (
@@ -68,7 +69,7 @@ def test_rerendering_gives_identical_bytes(signed, tmp_path):
     out = tmp_path / "copy"
     shutil.copytree(signed[0], out)
     before = {n: (out / n).read_bytes() for n in ("report.json", "report.html")}
-    proc = run_cli("report", out, "--csv", tmp_path / "runs.csv")
+    proc = warm_cli("report", out, "--csv", tmp_path / "runs.csv")
     assert proc.returncode == 0, proc.stderr
     assert {n: (out / n).read_bytes() for n in before} == before
     import pandas as pd
@@ -95,13 +96,13 @@ def test_html_is_self_contained_and_escapes_suite_text(signed):
 def test_suite_names_cannot_carry_markup(tmp_path):
     suite = tmp_path / "s.yaml"
     suite.write_text(f'name: "{XSS}"\nworkloads:\n  - workload: digits\n')
-    proc = run_cli("run", suite, "--dry-run")
+    proc = warm_cli("run", suite, "--dry-run")
     assert proc.returncode == 2 and "name" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_verify_accepts_the_signed_report_and_prints_what_it_checked(signed):
     out, _, pub = signed
-    proc = run_cli("verify", out / "report.dsse.json", "--pubkey", pub)
+    proc = warm_cli("verify", out / "report.dsse.json", "--pubkey", pub)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "verified: report.json sha256" in proc.stdout and "verified: report.html sha256" in proc.stdout
     env = json.loads((out / "report.dsse.json").read_text())
@@ -151,22 +152,22 @@ def test_single_byte_flips_anywhere_are_rejected(signed, tmp_path):
 def test_wrong_key_and_swapped_subject_are_rejected(signed, tmp_path):
     out, _, _ = signed
     _, other_pub = keygen(tmp_path / "other.key")
-    proc = run_cli("verify", out / "report.dsse.json", "--pubkey", other_pub)
+    proc = warm_cli("verify", out / "report.dsse.json", "--pubkey", other_pub)
     assert proc.returncode == 1 and "NOT VERIFIED: no signature by key" in proc.stderr
     work = tmp_path / "swap"
     shutil.copytree(out, work)
     (work / "report.html").write_text((work / "report.html").read_text().replace("FAIL", "PASS"))
-    proc = run_cli("verify", work / "report.dsse.json", "--pubkey", signed[2])
+    proc = warm_cli("verify", work / "report.dsse.json", "--pubkey", signed[2])
     assert proc.returncode == 1 and "report.html: sha256" in proc.stderr
 
 
 def test_keygen_modes_and_refusal(tmp_path):
     key, pub = keygen(tmp_path / "k")
     assert stat.S_IMODE(os.stat(key).st_mode) == 0o600
-    proc = run_cli("keygen", key)
+    proc = warm_cli("keygen", key)
     assert proc.returncode == 2 and "refusing to overwrite" in proc.stderr
     before = key.read_bytes()
-    assert run_cli("keygen", key, "--force").returncode == 0 and key.read_bytes() != before
+    assert warm_cli("keygen", key, "--force").returncode == 0 and key.read_bytes() != before
     os.chmod(key, 0o644)
     results = tmp_path / "r"
     results.mkdir()
