@@ -13,9 +13,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-# CPU features that decide whether low precision is fast on a CPU.
+# CPU features that decide whether low precision is fast on a CPU (f16c: hardware
+# fp16 <-> fp32 conversion; fma: the fp32 baseline's fused multiply-add).
 CPU_FLAGS_OF_INTEREST = (
     "avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_fp16",
+    "f16c", "fma",
 )
 PACKAGES = ("torch", "numpy", "pandas", "pydantic", "jax", "jaxlib", "optax", "nvidia-ml-py", "scikit-learn")
 

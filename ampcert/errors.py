@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class UserError(Exception):
     """Bad input from the user: a file, a field, a path.
@@ -18,6 +20,36 @@ class UserError(Exception):
         super().__init__(one_line(str(message)))
 
 
+class WriteFailed(UserError, OSError):
+    """A file could not be written: a full disk, a quota, a read-only or missing folder.
+
+    Raised by the atomic writers (``results.atomic_write_text``/``_json``,
+    the telemetry series, the MLLOG), which leave the old file as it was and
+    no temp file behind, so nothing written before is harmed and ``--resume``
+    goes on once there is space. The message names the file and the errno:
+    ``cannot write DIR/report.html: [Errno 28] No space left on device``.
+
+    Not bad input, but the same one line: the CLI exits 2, or 1 when it ends
+    an ``ampcert run`` (the run failed; see ``ampcert.cli.main``). An OSError
+    too (``errno``, ``strerror``, ``filename``), so that code catching OSError
+    around a write goes on working.
+    """
+
+    def __init__(self, path: object, error: OSError) -> None:
+        reason = f"[Errno {error.errno}] {error.strerror}" if error.errno is not None else str(error)
+        # The folder, where it is what failed (a parent that is a file, or that
+        # cannot be made): the errno alone would point at the wrong name.
+        other = error.filename
+        if other is not None and str(other) != str(path) and not str(other).endswith(".tmp"):
+            reason += f" ({other})"
+        super().__init__(f"cannot write {path}: {reason}")
+        self.path = str(path)
+        self.errno, self.strerror, self.filename = error.errno, error.strerror, str(path)
+
+    def __str__(self) -> str:  # the one line, not OSError's "[Errno N] ...: 'path'"
+        return str(self.args[0])
+
+
 def one_line(text: str) -> str:
     """``text`` with line breaks and other unprintable characters escaped
     (``\\n``): a file or field name taken from user input can hold them, and
@@ -25,3 +57,49 @@ def one_line(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+class Interrupted(BaseException):
+    """A signal (SIGINT, SIGTERM or SIGHUP) stopped the command.
+
+    Raised in the main thread by the runner's signal handlers
+    (``ampcert.runner.orchestrator.interruptible``); the worker of the run in
+    progress is stopped on the way up: finished runs keep their results, the
+    interrupted run has none and stays pending. A BaseException, as
+    KeyboardInterrupt is: an interruption is no failure of the command, and no
+    ``except Exception`` on its way up may record it as one. The CLI prints
+    :attr:`line` (:meth:`report`) and exits ``128 + signum`` (130 SIGINT, 143
+    SIGTERM, 129 SIGHUP: what a shell reports for a process that the signal
+    ended). ``folder`` is the results folder that ``ampcert run --resume``
+    continues; None where there is none (yet).
+    """
+
+    def __init__(self, signum: int, folder: object = None) -> None:
+        import shlex
+        import signal
+
+        self.signum = signum
+        self.exit_code = 128 + signum
+        self.folder = None if folder is None else str(folder)
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        message = f"interrupted by {name}"
+        if self.folder is not None:
+            message += f"; finished runs are kept; resume with ampcert run --resume {shlex.quote(self.folder)}"
+        super().__init__(one_line(message))
+        # None until the line is being written, False while it is, True once it
+        # is: a further signal (which ends the process at once, see the runner)
+        # writes the line itself only while None, so it is never lost nor doubled.
+        self.written: bool | None = None
+
+    @property
+    def line(self) -> str:
+        return f"ampcert: {self}"
+
+    def report(self, write: Callable[[str], object]) -> None:
+        """Write :attr:`line` with ``write`` (the CLI's console on stderr)."""
+        self.written = False
+        write(self.line)
+        self.written = True

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from ampcert.errors import WriteFailed
+
 PREFIX = ":::MLLOG "
 INTERVAL_START = "INTERVAL_START"
 INTERVAL_END = "INTERVAL_END"
@@ -47,18 +49,36 @@ def _jsonable(value: Any) -> Any:
 
 
 class MLLogger:
-    def __init__(self, stream: TextIO, namespace: str = ""):
+    """Appends events to a stream. Where the stream is a file (:meth:`open`), a
+    write that fails (a full disk) raises :class:`~ampcert.errors.WriteFailed`
+    naming the file and the errno: the run stops there, as a failed run with
+    that one-line reason, rather than train on with its evidence unrecorded."""
+
+    def __init__(self, stream: TextIO, namespace: str = "", path: Path | None = None):
         self._stream = stream
         self._namespace = namespace
+        self.path = path
 
     @classmethod
     def open(cls, path: Path, namespace: str = "") -> MLLogger:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Line-buffered append: a resumed or crashed run never loses logged lines.
-        return cls(path.open("a", encoding="utf-8", buffering=1), namespace)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Line-buffered append: a resumed or crashed run never loses logged lines.
+            stream = path.open("a", encoding="utf-8", buffering=1)
+        except OSError as exc:
+            raise WriteFailed(path, exc) from exc
+        return cls(stream, namespace, path)
 
     def close(self) -> None:
-        self._stream.close()
+        """Close the stream; a close whose last flush fails (a full disk) raises
+        WriteFailed too, after the file is closed."""
+        try:
+            self._stream.close()
+        except OSError as exc:
+            raise self._failed(exc) from exc
+
+    def _failed(self, exc: OSError) -> WriteFailed:
+        return WriteFailed(self.path or getattr(self._stream, "name", "the MLLOG stream"), exc)
 
     def event(self, key: str, value: Any = None, metadata: dict | None = None,
               event_type: str = POINT_IN_TIME) -> None:
@@ -70,7 +90,10 @@ class MLLogger:
             "value": _jsonable(value),
             "metadata": {k: _jsonable(v) for k, v in (metadata or {}).items()},
         }
-        self._stream.write(PREFIX + json.dumps(record, sort_keys=True) + "\n")
+        try:
+            self._stream.write(PREFIX + json.dumps(record, sort_keys=True) + "\n")
+        except OSError as exc:
+            raise self._failed(exc) from exc
 
     def start(self, key: str, value: Any = None, metadata: dict | None = None) -> None:
         self.event(key, value, metadata, INTERVAL_START)

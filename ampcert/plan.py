@@ -25,6 +25,7 @@ CSV file and the HTML report render the same rows.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import statistics
 from collections import defaultdict
@@ -40,6 +41,10 @@ from ampcert.resources import config_path
 from ampcert.results import RunResult
 
 PRICING_FILE = config_path("pricing.yaml")
+# How plans and reports name the shipped price table: by its place in the package, not
+# on this disk, so report.json's signed bytes do not depend on where ampcert is installed
+# (the sha256 beside it pins the content). A table the user passes keeps the user's path.
+PRICING_NAME = "ampcert:configs/pricing.yaml"
 J_PER_KWH = 3.6e6
 
 
@@ -61,6 +66,7 @@ class Pricing(_Model):
     note: str = ""
     devices: list[PriceEntry] = Field(default_factory=list)
     source: str = ""
+    sha256: str = ""
 
     def price_for(self, device_name: str) -> tuple[float, str] | None:
         name = device_name.lower()
@@ -82,7 +88,14 @@ def load_pricing(path: str | Path | None = None) -> Pricing:
         pricing = Pricing.model_validate(data)
     except ValidationError as err:
         raise UserError(validation_message(str(p), err, data)) from None
-    return pricing.model_copy(update={"source": str(p)})
+    try:
+        digest = hashlib.sha256(p.read_bytes()).hexdigest()
+    except OSError as exc:  # read a moment ago; gone or unreadable since
+        raise UserError(f"{p}: cannot read pricing file: {exc}") from None
+    # Error messages above name the file on disk (that is what the user must find);
+    # what is recorded names it as the user gave it, or by its package-relative name.
+    return pricing.model_copy(update={"source": str(path) if path is not None else PRICING_NAME,
+                                      "sha256": digest})
 
 
 # --------------------------------------------------------------------------- the plan
@@ -125,7 +138,10 @@ class CapacityPlan(_Model):
     target_samples: int
     gpus: int
     currency: str
-    pricing: str = Field(description="where prices came from")
+    pricing: str = Field(description="where prices came from: --price-per-gpu-hour, the price table as the "
+                                     "user named it, or ampcert:configs/pricing.yaml (the shipped table)")
+    pricing_sha256: str | None = Field(default=None, description="sha256 of the price table's bytes; "
+                                                                 "null with --price-per-gpu-hour")
     assumptions: list[str]
     rows: list[PlanRow]
 
@@ -226,6 +242,7 @@ def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
         "savings: against FP32 of the same workload, backend and AMP, on the devices the runs used",
     ]
     return CapacityPlan(target_samples=n, gpus=k, currency=table.currency, pricing=source,
+                        pricing_sha256=None if price_per_gpu_hour is not None else table.sha256 or None,
                         assumptions=assumptions, rows=rows)
 
 

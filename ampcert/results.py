@@ -15,13 +15,24 @@ One invocation of ``ampcert run`` owns one folder::
 A run is finished exactly when its result.json exists and parses; every
 file is written to a temporary name and renamed, so a crash never leaves a
 half-written result that a resume would trust.
+
+A folder read back (resume, merge, report) may come from elsewhere, so it is
+input like a suite file: its labels and run ids must be names (RunSpec's
+validator, :meth:`ResultsDir.run_dir`), ``runs`` and ``runs/<run_id>`` must
+be real folders inside it (:meth:`ResultsDir.check_run_dirs`), and result
+and plan files are read without following links (:func:`read_regular_file`).
+Path lengths are checked against the file system's own limits before
+anything is written (:func:`check_path_limits`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -29,8 +40,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ampcert.errors import UserError
-from ampcert.spec import RunSpec
+from ampcert.errors import UserError, WriteFailed
+from ampcert.spec import MAX_NAME_LEN, RunSpec, id_problem, shown
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -171,19 +182,27 @@ def _legacy_failure_kind(reason: str) -> FailureKind:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` so that ``path`` holds either the old or the new content,
-    never a mix: temp file in the same folder, fsync, rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    never a mix: temp file in the same folder, fsync, rename.
+
+    A write that fails (a full disk, a read-only folder) removes its temp file,
+    leaves ``path`` as it was and raises :class:`WriteFailed` naming ``path``
+    and the errno: one line for the CLI, not a traceback."""
+    path = Path(path)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:  # (closes fd whatever fails below)
+                os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
+                fh.write(text)
+                fh.flush()  # a full disk shows here or at fsync, before the rename
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise WriteFailed(path, exc) from exc
 
 
 def _umask() -> int:
@@ -224,7 +243,29 @@ class ResultsDir:
         return self.root / "summary.html"
 
     def run_dir(self, run_id: str) -> Path:
+        # Every path of a run is made here, from an id that may have been read
+        # from a results folder: what is not a run id never becomes a path.
+        problem = id_problem(run_id, MAX_NAME_LEN)
+        if problem is not None:
+            raise UserError(f"{self.root}: run id {shown(run_id)} {problem}")
         return self.root / "runs" / run_id
+
+    def check_run_dirs(self, run_ids: Iterable[str]) -> None:
+        """Refuse, with one line naming it, a ``runs`` or ``runs/<id>`` that is
+        not a real folder inside the results folder: through a symbolic link, a
+        resume would delete and write run files wherever the link points."""
+        for path in (self.root / "runs", *(self.run_dir(i) for i in run_ids)):
+            try:
+                mode = os.lstat(path).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # not made yet: the run makes it, inside the folder
+            except OSError as exc:
+                raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+            if stat.S_ISLNK(mode):
+                raise UserError(f"{path}: is a symbolic link{_link_target(path)}; run folders must be real "
+                                f"folders inside {self.root}, and ampcert does not follow links out of it")
+            if not stat.S_ISDIR(mode):
+                raise UserError(f"{path}: is not a folder; remove it (a run folder holds a run's files)")
 
     def result_file(self, run_id: str) -> Path:
         return self.run_dir(run_id) / "result.json"
@@ -240,13 +281,31 @@ class ResultsDir:
         return self.root / "verdicts.json"
 
     def read_plan(self) -> dict[str, Any]:
-        if not self.plan_file.exists():
-            raise UserError(f"{self.root}: not an ampcert results folder (no plan.json)")
+        """plan.json, its runs as RunSpecs, checked as input from elsewhere:
+        every label and run id can name a folder (RunSpec's validator), a
+        shard's run ids are run ids, and the run folders are real folders."""
+        path = self.plan_file
         try:
-            plan = json.loads(self.plan_file.read_text(encoding="utf-8"))
-            plan["runs"] = [RunSpec.model_validate(r) for r in plan["runs"]]
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:  # ValueError: JSON, pydantic, 5000-digit ints
-            raise UserError(f"{self.plan_file}: unreadable plan: {str(exc).splitlines()[0]}") from None
+            raw = read_regular_file(path)
+        except FileNotFoundError:
+            raise UserError(f"{self.root}: not an ampcert results folder (no plan.json)") from None
+        except OSError as exc:
+            raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        try:
+            plan = json.loads(raw)
+            runs = plan["runs"]
+            if not isinstance(runs, list):
+                raise TypeError("`runs` is not a list")
+            plan["runs"] = [_plan_run(path, i, r) for i, r in enumerate(runs)]
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:  # ValueError: JSON, 5000-digit ints
+            raise UserError(f"{path}: unreadable plan: {str(exc).splitlines()[0]}") from None
+        shard = plan.get("shard")
+        if shard:
+            ids = shard.get("run_ids") if isinstance(shard, dict) else None
+            if not isinstance(shard, dict) or not (ids is None or isinstance(ids, list) and all(
+                    isinstance(i, str) and id_problem(i, MAX_NAME_LEN) is None for i in ids)):
+                raise UserError(f"{path}: shard.run_ids: expected a list of run ids")
+        self.check_run_dirs(r.run_id for r in plan["runs"])
         return plan
 
     def read_result(self, run_id: str) -> RunResult | None:
@@ -259,7 +318,7 @@ class ResultsDir:
         file; (None, why) when there is one that cannot be trusted."""
         path = self.result_file(run_id)
         try:
-            data = path.read_bytes()
+            data = read_regular_file(path)
         except FileNotFoundError:
             return None, None
         except OSError as exc:
@@ -277,6 +336,102 @@ class ResultsDir:
         if result.spec.run_id != run_id:
             return None, "its spec is not the spec of this run (edited or copied from elsewhere)"
         return result, None
+
+
+def _plan_run(path: Path, index: int, data: Any) -> RunSpec:
+    try:
+        return RunSpec.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = "".join(f".{x}" for x in first["loc"])
+        raise UserError(f"{path}: runs[{index}]{where}: {first['msg'].removeprefix('Value error, ')}") from None
+
+
+def _link_target(path: Path) -> str:
+    try:
+        return f" (to {shown(os.readlink(path), 300)})"
+    except OSError:
+        return ""
+
+
+def read_regular_file(path: Path) -> bytes:
+    """The bytes of ``path``, a regular file read without following a symbolic
+    link: a results folder may come from elsewhere, and a link in it must not
+    make ampcert read (or hang on: a FIFO, /dev/zero) what it points to.
+    Raises OSError (ELOOP for a link, FileNotFoundError for none)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and os.path.islink(path):  # O_NOFOLLOW's answer for a link
+            raise OSError(errno.ELOOP, f"a symbolic link{_link_target(path)}, not followed", str(path)) from None
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return fh.read()
+
+
+# --------------------------------------------------------------------------- file system limits
+
+# The files a run writes into its folder (runner/torchrun.py adds
+# launcher.log), and the temp names of their atomic writes, ``.NAME.XXXXXXXX.tmp``
+# (mkstemp): the longest of these makes the longest path under a results folder.
+RUN_FILES = ("result.json", "run.mllog", "telemetry.csv", "error.txt", "launcher.log")
+LONGEST_RUN_FILE = max(len(f".{name}.XXXXXXXX.tmp") for name in RUN_FILES)
+# POSIX-typical limits, for a system that cannot say (no pathconf, Windows).
+NAME_MAX_FALLBACK = 255
+PATH_MAX_FALLBACK = 4096
+
+
+def fs_limits(path: Path) -> tuple[int, int]:
+    """(NAME_MAX, PATH_MAX) of the file system that holds ``path``, or would hold
+    it once made: asked of its nearest existing ancestor (a folder that does not
+    exist yet is made on its parent's file system)."""
+    for candidate in (path, *path.parents):
+        try:
+            name_max = os.pathconf(candidate, "PC_NAME_MAX")
+            path_max = os.pathconf(candidate, "PC_PATH_MAX")
+        except (OSError, ValueError, AttributeError):  # missing, a name too long, no pathconf here
+            continue
+        return (name_max if name_max > 0 else NAME_MAX_FALLBACK,  # -1: no limit the system will name
+                path_max if path_max > 0 else PATH_MAX_FALLBACK)
+    return NAME_MAX_FALLBACK, PATH_MAX_FALLBACK
+
+
+def _shown_path(path: Path) -> str:
+    text = str(path)
+    return text if len(text) <= 100 else f"{text[:45]}...{text[-45:]} ({len(text)} characters)"
+
+
+def check_path_limits(root: Path, run_ids: Iterable[str] | None, what: str) -> None:
+    """Refuse, with one line and before anything is written, a results folder
+    whose files the file system could not hold: a name in ``root``'s path or a
+    run id longer than its NAME_MAX, or ``root/runs/<id>/`` plus the longest file
+    a run writes longer than its PATH_MAX. Without ``run_ids`` (not planned
+    yet), run ids are taken to be as long as a name may be."""
+    absolute = Path(os.path.abspath(root))  # what any later command, from any folder, will use
+    name_max, path_max = fs_limits(absolute)
+    for part in absolute.parts[1:]:
+        size = len(os.fsencode(part))
+        if size > name_max:
+            head = repr(part) if len(part) <= 40 else f"{part[:30]!r}..."
+            raise UserError(f"{what} {_shown_path(root)}: the name {head} is {size} bytes, more than "
+                            f"the {name_max} this file system allows for a file or folder name")
+    if run_ids is None:
+        longest_id = min(name_max, MAX_NAME_LEN)
+    else:
+        ids = list(run_ids)
+        for run_id in ids:
+            if len(os.fsencode(run_id)) > name_max:
+                raise UserError(f"{what} {_shown_path(root)}: run id {shown(run_id)} is longer than the "
+                                f"{name_max} characters this file system allows for a folder name; "
+                                "give its workload entry a shorter `id`")
+        longest_id = max((len(os.fsencode(i)) for i in ids), default=0)
+    longest = len(os.fsencode(str(absolute))) + len("/runs/") + longest_id + len("/") + LONGEST_RUN_FILE
+    if longest > path_max - 1:  # PATH_MAX counts the terminating NUL
+        raise UserError(f"{what} {_shown_path(root)}: a run's files would have paths of {longest} bytes, more "
+                        f"than the {path_max - 1} this file system allows; choose a folder with a shorter path")
 
 
 # --------------------------------------------------------------------------- loading

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ampcert.errors import UserError
+from ampcert.errors import UserError, WriteFailed
 
 if TYPE_CHECKING:
     from ampcert.certify.checks import Certificate
@@ -128,8 +128,11 @@ def finish(folder: str | Path, *, rules: str | Path | None = None, certify: bool
            sign_key: str | Path | None = None) -> Finished:
     """Certify (when ``certify``, by default when ``rules`` is given), write the summary and
     the report, and sign them (with ``sign_key``): the end of every command that writes a folder."""
+    from ampcert.runner import orchestrator as orch
+
     root = Path(folder)
-    with _lock(root):
+    # A signal: Interrupted, one line, exit 128 + signum; the atomic writers leave every file whole.
+    with orch.interruptible(), _lock(root):
         return _finish_locked(root, rules=rules, certify=rules is not None if certify is None else certify,
                               sign_key=sign_key)
 
@@ -191,11 +194,14 @@ def _stored_plan(folder: str | Path) -> tuple[Path, dict[str, Any]]:
 
 def plan_resume(folder: str | Path) -> PlannedRuns:
     """The runs a resumed folder is responsible for (its shard's, or all)."""
+    from ampcert.results import check_path_limits
     from ampcert.runner import orchestrator as orch
     from ampcert.runner import shard as sharding
 
-    _, stored = _stored_plan(folder)
+    root, stored = _stored_plan(folder)
     runs = sharding.shard_runs(stored)
+    # What the resume itself checks before it writes (pending_runs): a dry run says it too.
+    check_path_limits(root, [r.run_id for r in runs], "--resume")
     return PlannedRuns(orch.dump_plan_table(runs), None, stored.get("shard"), len(stored["runs"]))
 
 
@@ -217,8 +223,15 @@ def _execute(root: Path, runs: list, *, rules: str | None, shard: dict[str, Any]
     # A rule pack judges the whole matrix: a shard's folder is certified once merged.
     certify_later = bool(shard and rules)
     with _lock(root):
-        orch.execute_plan(root, runs, retry_failed=retry_failed, on_event=on_event or (lambda event: None))
-        done = _finish_locked(root, rules=rules, certify=bool(rules) and not certify_later, sign_key=sign_key)
+        try:
+            orch.execute_plan(root, runs, retry_failed=retry_failed, on_event=on_event or (lambda event: None))
+            done = _finish_locked(root, rules=rules, certify=bool(rules) and not certify_later, sign_key=sign_key)
+        except WriteFailed as exc:
+            # Once runs have started, a write that fails (a full disk) fails the command as a
+            # crashed run does: exit 1, not 2 (bad input). What was written stays whole, and
+            # `--resume` goes on once there is space.
+            exc.exit_code = 1
+            raise
     return replace(done, shard=shard, planned=planned, ran=len(runs), certify_later=certify_later)
 
 
@@ -231,37 +244,46 @@ def run_suite(suite: str | Path, out: str | Path | None = None, *, shard: str | 
     orchestrator's progress events (dicts with ``type``: plan, start, step, end)."""
     from ampcert.runner import orchestrator as orch
 
-    check_key(sign_key)
-    planned = plan_suite(suite, shard=shard)
-    assert planned.plan is not None
-    plan = planned.plan
-    root = Path(out) if out is not None else orch.default_out_dir(plan.suite.name)
-    orch.prepare_out_dir(root)
-    with _lock(root):
-        orch.write_plan(root, plan, planned.shard)
-    runs, _ = _shard_of(plan, shard)
-    return _execute(root, runs, rules=plan.suite.certify, shard=planned.shard, planned=len(plan.runs),
-                    retry_failed=False, sign_key=sign_key, on_event=on_event)
+    # SIGINT, SIGTERM and SIGHUP end the command with Interrupted (finished runs
+    # kept), naming the folder once its plan.json makes it resumable.
+    with orch.interruptible():
+        check_key(sign_key)
+        planned = plan_suite(suite, shard=shard)
+        assert planned.plan is not None
+        plan = planned.plan
+        root = Path(out) if out is not None else orch.default_out_dir(plan.suite.name)
+        orch.prepare_out_dir(root, [r.run_id for r in plan.runs])  # name and path limits, exactly
+        with _lock(root):
+            orch.write_plan(root, plan, planned.shard)
+        runs, _ = _shard_of(plan, shard)
+        with orch.interruptible(root):
+            return _execute(root, runs, rules=plan.suite.certify, shard=planned.shard, planned=len(plan.runs),
+                            retry_failed=False, sign_key=sign_key, on_event=on_event)
 
 
 def resume(folder: str | Path, *, retry_failed: bool = False, sign_key: str | Path | None = None,
            on_event: OnEvent | None = None) -> Finished:
     """Finish an interrupted results folder: run what has no result (and, with
     ``retry_failed``, what failed), then finish it as :func:`run_suite` does."""
+    from ampcert.runner import orchestrator as orch
     from ampcert.runner import shard as sharding
 
-    check_key(sign_key)
-    root, stored = _stored_plan(folder)
-    return _execute(root, sharding.shard_runs(stored), rules=stored.get("certify"), shard=stored.get("shard"),
-                    planned=len(stored["runs"]), retry_failed=retry_failed, sign_key=sign_key, on_event=on_event)
+    with orch.interruptible(Path(folder)):  # a signal: Interrupted, as in run_suite
+        check_key(sign_key)
+        root, stored = _stored_plan(folder)
+        return _execute(root, sharding.shard_runs(stored), rules=stored.get("certify"), shard=stored.get("shard"),
+                        planned=len(stored["runs"]), retry_failed=retry_failed, sign_key=sign_key,
+                        on_event=on_event)
 
 
 def merge(out: str | Path, folders: Sequence[str | Path], *, partial: bool = False) -> Finished:
     """Join the shard folders of one suite into ``out`` and finish it (certified if the suite says so)."""
+    from ampcert.runner import orchestrator as orch
     from ampcert.runner import shard as sharding
 
-    info = sharding.merge(Path(out), [Path(f) for f in folders], partial=partial)
-    done = finish(out, rules=info["certify"], certify=bool(info["certify"]))
+    with orch.interruptible():
+        info = sharding.merge(Path(out), [Path(f) for f in folders], partial=partial)
+        done = finish(out, rules=info["certify"], certify=bool(info["certify"]))
     return replace(done, merged={k: info[k] for k in ("merged", "runs", "missing")})
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +32,36 @@ Unaccelerated = Literal["run", "cap", "skip"]
 # How a run's worker starts: one process (forked from the orchestrator's
 # forkserver), or data-parallel ranks through torch.distributed.run.
 Launcher = Literal["process", "torchrun"]
+
+# Suite names, workload labels and run ids become file names (the results
+# folder, ``runs/<run_id>/``), and a results folder is input that may come
+# from elsewhere: one pattern for all of them, letters, digits, ``_``, ``.``
+# and ``-``, starting with a letter or digit, so that none can be ``..``,
+# hidden, absolute or hold a ``/``.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+_ID_RE = re.compile(ID_PATTERN)
+# A label or suite name leaves room for what a run id (or the default folder
+# name) adds to it: precision, amp, seed, repeat and digest, about 35 characters.
+MAX_ID_LEN = 200
+# The longest file name that common file systems allow (NAME_MAX): a run id
+# names a folder, so none may be longer. Planning also checks the limits of
+# the file system the results go to (ampcert.results.check_path_limits).
+MAX_NAME_LEN = 255
+
+
+def id_problem(value: str, max_len: int = MAX_ID_LEN) -> str | None:
+    """Why ``value`` cannot name a file (a label, run id or suite name), or None."""
+    if len(value) > max_len:
+        return f"is {len(value)} characters, more than {max_len}"
+    if not _ID_RE.fullmatch(value):  # fullmatch: `$` alone would let a trailing newline through
+        return "may hold only letters, digits, `_`, `.` and `-`, and must start with a letter or digit"
+    return None
+
+
+def shown(value: str, limit: int = 60) -> str:
+    """``value`` as repr, shortened for a one-line message."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 25]}...{text[-20:]} ({len(value)} characters)"
 
 
 class _Strict(BaseModel):
@@ -96,7 +127,7 @@ class Torchrun(_Strict):
 
 class WorkloadEntry(_Strict):
     workload: str = Field(min_length=1)
-    id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    id: str | None = Field(default=None, pattern=ID_PATTERN, max_length=MAX_ID_LEN)
     params: dict[str, Any] = Field(default_factory=dict)
     train: TrainBudget | None = None
     precisions: list[Precision] | None = None
@@ -109,13 +140,24 @@ class WorkloadEntry(_Strict):
     launcher: Launcher | None = None
     torchrun: Torchrun | None = None
 
+    @model_validator(mode="after")
+    def _label_names_a_file(self) -> WorkloadEntry:
+        # A label taken from the workload's name (an import path such as
+        # `mod:/abs/path`, an entry-point name) is not checked by the `id`
+        # field's pattern, and it becomes part of each run's folder name.
+        problem = id_problem(self.label)
+        if problem is not None:
+            raise ValueError(f"the run label {shown(self.label, 200)} taken from the workload's name {problem}; "
+                             "give the entry an `id`")
+        return self
+
     @property
     def label(self) -> str:
         return self.id or self.workload.replace(":", ".").split(".")[-1]
 
 
 class Suite(_Strict):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: str = Field(min_length=1, pattern=ID_PATTERN, max_length=MAX_ID_LEN)
     description: str = ""
     backend: Backend = "torch"
     amp: AmpImpl = "native"
@@ -211,6 +253,20 @@ class RunSpec(_Strict):
     rdzv_endpoint: str | None = None
     rdzv_id: str | None = None
     node_rank: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _names_are_file_names(self) -> RunSpec:
+        # A plan.json is read back from a results folder that may come from
+        # elsewhere: its labels name folders, so they are checked here, where
+        # every RunSpec is built or parsed, not only where suites are read.
+        problem = id_problem(self.label)
+        if problem is not None:
+            raise ValueError(f"label {shown(self.label)} {problem}")
+        run_id = self.run_id
+        if len(run_id) > MAX_NAME_LEN:
+            raise ValueError(f"run id {shown(run_id)} is longer than the {MAX_NAME_LEN} characters "
+                             "a file name may have")
+        return self
 
     @property
     def world_size(self) -> int:
@@ -368,7 +424,8 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, 
             # repeat 0 of every seed, then `repeats` reruns of the first seed
             for seed, repeat in [(s, 0) for s in seeds] + [(seeds[0], r) for r in range(1, repeats + 1)]:
                 runs.append(
-                    RunSpec(
+                    _run_spec(
+                        entry,
                         suite=suite.name,
                         label=entry.label,
                         workload=entry.workload,
@@ -389,6 +446,18 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, 
                     )
                 )
     return runs
+
+
+def _run_spec(entry: WorkloadEntry, **fields: Any) -> RunSpec:
+    """A RunSpec, or the one-line UserError for one whose run id cannot name
+    a folder (a long label with a many-digit seed): refused while planning,
+    not when the run's folder is made."""
+    try:
+        return RunSpec(**fields)
+    except ValidationError as err:
+        msg = err.errors()[0]["msg"].removeprefix("Value error, ")
+        raise UserError(f"workload {shown(entry.label)}, precision {fields['precision']}, seed {shown(str(fields['seed']), 40)}: "
+                        f"{msg}; give the entry a shorter `id`") from None
 
 
 def _launch_fields(suite: Suite, entry: WorkloadEntry) -> dict[str, Any]:

@@ -3,11 +3,15 @@
 Each command body maps its options onto a session call, prints the result
 through :mod:`ampcert.cli.views` and turns the outcome into an exit code: 0
 done, 1 a negative finding (a FAIL certificate, a regression, a violation,
-a failed run), 2 bad input (``ampcert: error: <one line>``, from UserError).
+a failed run), 2 bad input or a file that could not be written (``ampcert:
+error: <one line>``, from UserError/WriteFailed; 1 for a write that fails once
+runs have started), 128 + signum when SIGINT, SIGTERM or SIGHUP stopped it
+(``ampcert: interrupted by ...``, from Interrupted).
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -16,7 +20,7 @@ import typer
 from ampcert import session
 from ampcert.cli import views
 from ampcert.console import make_console, print_json
-from ampcert.errors import UserError
+from ampcert.errors import Interrupted, UserError, WriteFailed, one_line
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -344,6 +348,15 @@ def _usage_error(exc: Exception) -> bool:
 def main() -> None:
     try:
         code = app(standalone_mode=False)
+    except (WriteFailed, OSError) as exc:
+        # A file that could not be written (a full disk): one line naming it and the errno,
+        # raised after the atomic writers left every file whole. Exit 2, as for any command
+        # that could not do what it was asked, or 1 where the session says runs had started
+        # (WriteFailed.exit_code). A bare OSError (a writer that does not name its file)
+        # gets the same line with what it says.
+        err_console.print(f"ampcert: error: {exc if isinstance(exc, WriteFailed) else one_line(str(exc))}",
+                          markup=False, highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code if isinstance(exc, WriteFailed) else 2)
     except UserError as exc:
         _fail(str(exc))
     except Exception as exc:
@@ -358,8 +371,16 @@ def main() -> None:
         err_console.print(f"ampcert: error: {where}{exc.format_message()}{hint}",  # type: ignore[attr-defined]
                           markup=False, highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)  # type: ignore[attr-defined]
-    except KeyboardInterrupt:
-        code = 130
-    if code == 130:  # typer turns Ctrl-C into exit code 130
-        err_console.print("ampcert: interrupted; finished runs are kept (continue with --resume)")
+    except Interrupted as exc:  # SIGINT, SIGTERM or SIGHUP, turned into this by the runner
+        _interrupted(exc)
+    except KeyboardInterrupt:  # Ctrl-C that typer did not see (outside the runner's handlers)
+        _interrupted(Interrupted(signal.SIGINT))
+    if code == 130:  # typer's exit for a KeyboardInterrupt: Ctrl-C where the runner has no handlers
+        _interrupted(Interrupted(signal.SIGINT))
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _interrupted(exc: Interrupted) -> None:
+    """One line on stderr, exit 128 + signum (130 SIGINT, 143 SIGTERM, 129 SIGHUP)."""
+    exc.report(lambda line: err_console.print(line, markup=False, highlight=False, soft_wrap=True))
+    sys.exit(exc.exit_code)

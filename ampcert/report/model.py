@@ -6,19 +6,26 @@ machine that renders it, so rendering the same folder twice gives the same
 bytes: the file is signed, and a signature over a moving target is useless.
 ``schemas/report.v1.schema.json`` is generated from :class:`Report` (a test
 keeps it in step) for readers in other languages.
+
+Nor from where things are installed: an installed file recorded in the results
+(a shipped policy or rule pack, scikit-learn's digits, the stdlib corpus) is
+named in the report by package and path inside it (:func:`portable`), so two
+installs of the same version sign the same bytes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert.aggregate import aggregate
 from ampcert.certify.checks import Certificate
+from ampcert.envinfo import CPU_FLAGS_OF_INTEREST
 from ampcert.plan import CapacityPlan, capacity_plan
 from ampcert.resources import schema_path
 from ampcert.results import ResultsDir, ResultSet, RunResult
@@ -84,6 +91,13 @@ class NotMeasured(_Model):
     why: str
 
 
+class EnvFact(NamedTuple):
+    """One line of the report's environment section: a label and a readable value."""
+
+    name: str
+    value: str
+
+
 class Report(_Model):
     schema_version: Literal[1] = REPORT_SCHEMA_VERSION
     tool: str = Field(description="the ampcert version that rendered the report")
@@ -103,6 +117,137 @@ class Report(_Model):
     capacity: CapacityPlan | None = Field(
         default=None, description=f"capacity plan for {PLAN_SAMPLES:,} training samples on one device "
                                   "(`ampcert plan` for other figures)")
+
+    def environment_facts(self) -> list[EnvFact]:
+        """The fingerprint as a reader wants it (report.html's environment table)."""
+        return environment_facts(self.environment)
+
+
+# --------------------------------------------------------------------------- install paths
+
+# An absolute path inside a longer text: after the start or a space, quote, bracket or "=",
+# up to the next such character. ":" ends it too ("in /x/pricing.yaml: pass ..."), so a
+# Windows drive is only taken at the start of a path.
+_ABSOLUTE = re.compile(r"(?:^|(?<=[\s'\"(\[=]))(?:[A-Za-z]:)?[/\\][^\s'\"()\[\]<>:;,]+")
+_PYTHON_LIB = re.compile(r"python3\.\d+")
+
+
+def _portable_path(path: str) -> str:
+    parts = [p for p in re.split(r"[/\\]", path) if p]
+    for i in range(len(parts) - 1, -1, -1):  # the innermost install folder names the package
+        if parts[i] in ("site-packages", "dist-packages") and i + 1 < len(parts):
+            return f"{parts[i + 1]}:{'/'.join(parts[i + 2:])}"
+    for i in range(len(parts) - 2, -1, -1):  # an editable install (a checkout): its shipped data
+        if parts[i] == "ampcert" and parts[i + 1] in ("configs", "schemas"):
+            return f"ampcert:{'/'.join(parts[i + 1:])}"
+    for i in range(len(parts) - 1):  # the interpreter's own library (the stdlib corpus)
+        if parts[i].lower() == "lib" and _PYTHON_LIB.fullmatch(parts[i + 1]):
+            return f"stdlib:{'/'.join(parts[i + 2:])}"
+    return path
+
+
+def portable(text: str) -> str:
+    """``text`` with every installed file's absolute path as ``package:path/inside``:
+    ``.../site-packages/ampcert/configs/pricing.yaml`` (or a checkout's
+    ``.../ampcert/configs/pricing.yaml``) becomes ``ampcert:configs/pricing.yaml``,
+    ``.../site-packages/sklearn/datasets/...`` ``sklearn:datasets/...``,
+    ``/usr/lib/python3.11/json/x.py`` ``stdlib:json/x.py``. Any other path (a suite,
+    data or rule file the user gave) is left as written.
+
+    Purely textual, so the same results render to the same report on any machine,
+    whatever this one's install paths are; the sha256 recorded next to each such file
+    (policy, rule pack, price table, data) says which bytes it was."""
+    return _ABSOLUTE.sub(lambda m: _portable_path(m.group(0)), text)
+
+
+def portable_tree(value: Any) -> Any:
+    """:func:`portable` applied to every string in a JSON-shaped value (keys left alone)."""
+    if isinstance(value, str):
+        return portable(value)
+    if isinstance(value, dict):
+        return {k: portable_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable_tree(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------- environment
+
+# The CPU features shown first: those that decide whether bf16/fp16 have fast paths
+# (AMX, AVX-512 BF16/FP16), then the fp32 baseline's (AVX-512F, AVX2, FMA) and F16C
+# (fp16 <-> fp32 conversion). envinfo records these and a few more.
+MIXED_PRECISION_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile", "amx_fp16", "avx512_fp16", "avx512_vnni",
+                         "avx512f", "avx2", "f16c", "fma")
+
+
+def _gib(n: Any) -> str | None:
+    return f"{n / 2**30:.1f} GiB" if isinstance(n, (int, float)) and n > 0 else None
+
+
+def _version(packages: dict[str, Any], name: str) -> str:
+    return str(packages.get(name) or "not installed") if name in packages else "not recorded"
+
+
+def environment_facts(env: dict[str, Any]) -> list[EnvFact]:
+    """Readable facts from an :func:`ampcert.envinfo.fingerprint` (as plan.json stores it):
+    CPU and its mixed-precision features, GPUs, driver, CUDA, frameworks, Python, OS.
+    Tolerant of fingerprints from older versions and of missing parts (``[]`` for none)."""
+    if not isinstance(env, dict) or not env:
+        return []
+    facts: list[EnvFact] = []
+    cpu = env.get("cpu") if isinstance(env.get("cpu"), dict) else {}
+    if cpu:
+        cores = [f"{cpu['usable_cores']} usable of {cpu.get('logical_cores', '?')} logical cores"
+                 if cpu.get("usable_cores") else None,
+                 f"{cpu['physical_cores']} physical" if cpu.get("physical_cores") else None,
+                 _gib(cpu.get("memory_bytes")) and f"{_gib(cpu.get('memory_bytes'))} memory"]
+        facts.append(EnvFact("CPU", " · ".join([str(cpu.get("model") or "unknown model")]
+                                                + [c for c in cores if c])))
+        flags = cpu.get("flags")
+        if isinstance(flags, dict):
+            order = list(MIXED_PRECISION_FLAGS) + [f for f in CPU_FLAGS_OF_INTEREST if f not in MIXED_PRECISION_FLAGS]
+            order += sorted(f for f in flags if f not in order)
+            has = [f for f in order if flags.get(f) is True]
+            lacks = [f for f in order if flags.get(f) is False]
+            facts.append(EnvFact("CPU features (mixed precision)",
+                                 "; ".join(x for x in (has and "has " + ", ".join(has),
+                                                       lacks and "lacks " + ", ".join(lacks)) if x) or "none recorded"))
+        elif flags is not None:
+            facts.append(EnvFact("CPU features (mixed precision)", "unknown: the CPU's flags could not be read"))
+    gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else None
+    if gpu is not None:
+        devices = gpu.get("devices") or []
+        for d in devices:
+            extra = [f"compute capability {d['capability']}" if d.get("capability") else None,
+                     _gib(d.get("memory_bytes"))]
+            facts.append(EnvFact(f"GPU {d.get('index', '?')}",
+                                 " · ".join([str(d.get("name") or "unknown")] + [x for x in extra if x])))
+        if not devices:
+            why = (f"torch: {gpu['torch_error']}" if gpu.get("torch_error")
+                   else "CUDA not available to torch" if gpu.get("cuda_available") is False else "none recorded")
+            facts.append(EnvFact("GPU", f"none ({why})"))
+        if gpu.get("cuda_visible_devices") is not None:
+            facts.append(EnvFact("CUDA_VISIBLE_DEVICES", str(gpu["cuda_visible_devices"])))
+        facts.append(EnvFact("NVIDIA driver", str(gpu.get("driver") or gpu.get("nvml") or "not recorded")))
+        cuda = (f"torch built for CUDA {gpu['torch_cuda']}" if gpu.get("torch_cuda")
+                else "torch built without CUDA" if "torch_cuda" in gpu else "not recorded")
+        if gpu.get("cudnn"):
+            cuda += f" · cuDNN {gpu['cudnn']}"
+        facts.append(EnvFact("CUDA", cuda))
+    packages = env.get("packages") if isinstance(env.get("packages"), dict) else None
+    if packages is not None:
+        facts.append(EnvFact("PyTorch", _version(packages, "torch")))
+        jax = _version(packages, "jax")
+        if packages.get("jax") and packages.get("jaxlib"):
+            jax += f" (jaxlib {packages['jaxlib']})"
+        facts.append(EnvFact("JAX", jax))
+        others = [f"{k} {v}" for k, v in sorted(packages.items()) if v and k not in ("torch", "jax", "jaxlib")]
+        if others:
+            facts.append(EnvFact("Other packages", ", ".join(others)))
+    for key, label in (("python", "Python"), ("platform", "OS"), ("hostname", "Host")):
+        if env.get(key):
+            facts.append(EnvFact(label, str(env[key])))
+    return facts
 
 
 # --------------------------------------------------------------------------- building
@@ -182,9 +327,11 @@ def build_report(rs: ResultSet) -> Report:
     policies: dict[tuple, int] = {}
     for r in runs:
         pol = r.amp_policy or {}
-        key = (pol.get("name") or "none", pol.get("sha256"), pol.get("effective_sha256"), pol.get("source"))
+        source = pol.get("source")  # by package name: one row for one shipped policy, however many installs ran it
+        key = (pol.get("name") or "none", pol.get("sha256"), pol.get("effective_sha256"),
+               portable(source) if isinstance(source, str) else source)
         policies[key] = policies.get(key, 0) + 1
-    return Report(
+    report = Report(
         tool=f"ampcert {__version__}",
         suite=SuiteInfo(name=rs.suite_name, description=description,
                         sha256=plan.get("suite_sha256") or hashlib.sha256(suite_text.encode()).hexdigest(),
@@ -198,6 +345,10 @@ def build_report(rs: ResultSet) -> Report:
         not_measured=_not_measured(runs, plan.get("capabilities", {})),
         capacity=_capacity(runs),
     )
+    # Install paths, wherever the stored results carry one (policy and rule sources, data
+    # provenance, messages); the suite's text stays as given, its sha256 is over those bytes.
+    data = report.model_dump(mode="json", exclude={"suite"})
+    return Report.model_validate({**portable_tree(data), "suite": report.suite})
 
 
 def _capacity(runs: list[RunResult]) -> CapacityPlan | None:

@@ -11,6 +11,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from ampcert.aggregate import aggregate
+from ampcert.report.model import portable_tree
 from ampcert.results import ResultsDir, ResultSet, atomic_write_json, atomic_write_text
 
 
@@ -28,7 +29,8 @@ def build(rs: ResultSet) -> dict[str, Any]:
         if r.phases:
             for k in phases:
                 phases[k] += getattr(r.phases, k)
-    return {
+    # Install paths in run reasons and notes named by package, as in report.json (model.portable).
+    return portable_tree({
         "suite": rs.suite_name,
         "counts": {
             "planned": len(rs.plan), "completed": sum(r.status == "completed" for r in rs.runs),
@@ -39,7 +41,7 @@ def build(rs: ResultSet) -> dict[str, Any]:
         "runs": df.astype(object).where(df.notna(), None).to_dict(orient="records") if len(df) else [],
         "missing": rs.missing,
         "worker_phases_s": phases,
-    }
+    })
 
 
 _env = Environment(loader=PackageLoader("ampcert", "report/templates"),

@@ -21,8 +21,10 @@ import os
 import queue as queue_mod
 import re
 import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,7 +35,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-from ampcert.errors import UserError
+from ampcert.errors import Interrupted, UserError
 from ampcert.results import FailureKind, ResultsDir, RunResult, atomic_write_json, atomic_write_text
 from ampcert.runner.procs import alive as _alive
 from ampcert.spec import (
@@ -134,16 +136,26 @@ def default_out_dir(suite_name: str) -> Path:
     return Path("reports") / f"{suite_name}-{stamp}"
 
 
-def prepare_out_dir(out: Path) -> None:
+def prepare_out_dir(out: Path, run_ids: Iterable[str] | None = None) -> None:
     """Create the folder, refusing one that already holds anything (results
     are never overwritten; --resume continues a folder). A folder left by an
     invocation killed before it wrote plan.json (its dead lock, the suite
-    copy, temp files) holds no results and is taken over."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out}: exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not _interrupted_before_plan(out):
-        raise UserError(f"--out {out}: folder is not empty; use `ampcert run --resume {out}` "
-                        "to continue it, or choose another folder")
+    copy, temp files) holds no results and is taken over. ``run_ids``, where
+    known, make the path-length check exact (see check_path_limits)."""
+    from ampcert.results import check_path_limits
+
+    # Before anything touches the path: a name longer than the file system
+    # allows would otherwise be an OSError traceback here, and a folder too
+    # deep for its runs' files a failure in the middle of the suite.
+    check_path_limits(out, run_ids, "--out")
+    try:
+        if out.exists() and not out.is_dir():
+            raise UserError(f"--out {out}: exists and is not a folder")
+        if out.is_dir() and any(out.iterdir()) and not _interrupted_before_plan(out):
+            raise UserError(f"--out {out}: folder is not empty; use `ampcert run --resume {out}` "
+                            "to continue it, or choose another folder")
+    except OSError as exc:  # a parent that cannot be searched or listed
+        raise UserError(f"--out {out}: cannot use this folder: {exc.strerror or exc}") from None
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe_file = out / f".write-test-{os.getpid()}"
@@ -214,7 +226,12 @@ class FolderLock:
                 os.close(fd)
                 raise self._refuse(pid)
             os.ftruncate(fd, 0)
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            try:
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
+            except OSError:
+                # A full disk: the flock is the lock, the pid only names its holder in
+                # a refusal, so go on without it rather than fail on a file we own.
+                pass
             self._fd = fd
             return
         raise UserError(f"{self.path}: could not take the folder lock")
@@ -253,15 +270,26 @@ def _read_pid(fd: int) -> int:
 
 def _remove_stale_temp_files(root: Path) -> None:
     """Temp files of atomic writes (``.NAME.XXXX.tmp``) in the folder and its
-    run folders: left only by a writer that was killed mid-write."""
-    for pattern in (".*.tmp", "runs/*/.*.tmp"):
-        for p in root.glob(pattern):
-            p.unlink(missing_ok=True)
+    run folders: left only by a writer that was killed mid-write. A linked
+    folder (a tampered results folder) is never entered: its files are not
+    ours to delete; reading the plan refuses such a folder afterwards."""
+    runs = root / "runs"
+    folders = [root]
+    if runs.is_dir() and not runs.is_symlink():
+        folders += [d for d in runs.iterdir() if d.is_dir() and not d.is_symlink()]
+    for folder in folders:
+        for p in folder.glob(".*.tmp"):
+            if not p.is_symlink() and p.is_file():
+                p.unlink(missing_ok=True)
 
 
 def write_plan(out: Path, plan: Plan, shard: dict[str, Any] | None = None) -> None:
     from ampcert.envinfo import fingerprint
+    from ampcert.results import check_path_limits
 
+    # prepare_out_dir could only assume the longest run id; the plan's own
+    # ids are known here, before plan.json is written.
+    check_path_limits(out, [r.run_id for r in plan.runs], "--out")
     raw = plan.suite_path.read_bytes()
     rd = ResultsDir(out)
     if rd.plan_file.exists():  # (under the folder lock) another invocation planned here first
@@ -285,6 +313,144 @@ def write_plan(out: Path, plan: Plan, shard: dict[str, Any] | None = None) -> No
 Event = dict[str, Any]
 
 
+# --------------------------------------------------------------------------- signals
+#
+# One policy for SIGINT (Ctrl-C), SIGTERM and SIGHUP, whether they reach the
+# orchestrator alone or its whole process group (a terminal's Ctrl-C or hangup):
+# the first raises Interrupted in the main thread; run_one stops the worker of
+# the run in progress, which leaves that run without a result (pending, for
+# --resume); the folder lock is released on the way up and the CLI ends with
+# one line and exit code 128 + signum. Workers ignore SIGINT (stopping them is
+# the orchestrator's job; a KeyboardInterrupt in each would be a traceback),
+# and multiprocessing's helper processes start with the three signals blocked,
+# so that they end with the orchestrator, never in the middle of its shutdown.
+# A further signal during that shutdown (one that hangs, say on a worker that
+# cannot be reaped) ends the process at once.
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class _Interrupts:
+    """The process's signal state: handlers are per process, so there is one (``_interrupts``)."""
+
+    def __init__(self) -> None:
+        self.folders: list[Path | None] = []  # of the interruptible blocks entered, innermost last
+        self.previous: dict[int, Any] = {}     # the handlers that ours replaced
+        self.raised: Interrupted | None = None
+        self.worker: Any = None                # the worker process of the run in progress
+
+    def handle(self, signum: int, frame: object) -> None:
+        if self.raised is None:
+            self.raised = Interrupted(signum, self.folders[-1] if self.folders else None)
+            raise self.raised
+        self.exit_now(self.raised)
+
+    def exit_now(self, exc: Interrupted) -> None:
+        """A further signal after ``exc``: stop the worker, end the process now."""
+        if exc.written is False:  # the CLI is writing the line, and exits right after
+            return
+        if exc.written is None:
+            # os.write, not print: this runs between two bytecodes of the main
+            # thread, which may be in the middle of a print to the same stream.
+            try:
+                os.write(2, (exc.line + "\n").encode("utf-8", "replace"))
+            except OSError:
+                pass
+        try:
+            if os.isatty(1) and os.environ.get("TERM") != "dumb":
+                os.write(1, b"\x1b[?25h")  # the live progress display hides the cursor until it stops
+        except OSError:
+            pass
+        try:
+            if self.worker is not None:
+                self.worker.kill()
+        except Exception:  # noqa: BLE001 - gone already; its watchdog ends it anyway (worker.exit_with)
+            pass
+        # What a normal exit does first (multiprocessing's atexit hook): unlink the
+        # run queue's semaphores, which the resource tracker would otherwise
+        # report as leaked. A private function: where it is missing, the warning is all.
+        import multiprocessing.util
+
+        try:
+            getattr(multiprocessing.util, "_run_finalizers", lambda minpriority: None)(0)
+        except Exception:  # noqa: BLE001 - nothing may stand between a second signal and the exit
+            pass
+        os._exit(exc.exit_code)
+
+
+_interrupts = _Interrupts()
+
+
+@contextmanager
+def interruptible(folder: Path | None = None):
+    """Inside the block, SIGINT, SIGTERM and SIGHUP raise Interrupted(signum,
+    folder) in the main thread, once; a further signal ends the process at
+    once, with the same line (:meth:`_Interrupts.exit_now`). Blocks nest, and
+    the innermost one's folder is named: the session enters one for a whole
+    command and one with the results folder once its plan.json makes it resumable.
+
+    A signal ignored on entry stays ignored (``nohup``, a background job of a
+    script): that was the user's choice. Handlers belong to the main thread, so
+    in any other the block changes nothing. The outermost block puts the
+    previous handlers back, unless a signal interrupted it: the process is then
+    shutting down, and a further signal must still end it at once (a program
+    that catches Interrupted and carries on sets its own handlers again)."""
+    state = _interrupts
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    outermost = not state.folders
+    if outermost:
+        state.raised = None  # a new command (after one that was interrupted, in a program that went on)
+        for sig in STOP_SIGNALS:
+            current = signal.getsignal(sig)
+            if current is signal.SIG_IGN or current == state.handle:
+                continue
+            state.previous[sig] = current
+            signal.signal(sig, state.handle)
+    state.folders.append(folder)
+    try:
+        yield
+    finally:
+        state.folders.pop()
+        if outermost and state.raised is None:
+            for sig, previous in state.previous.items():
+                signal.signal(sig, signal.SIG_DFL if previous is None else previous)
+            state.previous.clear()
+
+
+def _start_helpers(ctx: Any) -> None:
+    """Start multiprocessing's resource tracker and forkserver (the first time;
+    then this is cheap) with SIGINT, SIGTERM and SIGHUP blocked. They keep the
+    mask (the tracker ignores SIGINT and SIGTERM besides), so a signal to the
+    whole process group does not end them in the middle of the orchestrator's
+    shutdown, where the tracker would report its semaphores as leaked; they end
+    when the orchestrator does. Workers forked from the forkserver inherit the
+    mask, so no signal lands before they have set their own (worker.process_main)."""
+    if ctx.get_start_method() != "forkserver" or not hasattr(signal, "pthread_sigmask"):
+        return
+    from multiprocessing import forkserver, resource_tracker
+
+    # One at a time: starting the tracker unblocks SIGINT and SIGTERM behind itself.
+    for start in (resource_tracker.ensure_running, forkserver.ensure_running):
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _stop_worker(proc: Any, run_dir: Path) -> None:
+    """Stop an unfinished run's worker: SIGKILL (its result.json is written
+    atomically, so it is whole or absent), then remove the temp file of a
+    write it may have been in the middle of (the folder lock is ours)."""
+    if proc.is_alive():
+        proc.kill()
+    proc.join()
+    for tmp in run_dir.glob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
+
+
 def _failure_reason(exitcode: int | None, timed_out: bool, timeout_s: int) -> str:
     if timed_out:
         return f"timeout: run exceeded {timeout_s} s and was killed"
@@ -305,6 +471,7 @@ def run_one(spec: RunSpec, root: Path, on_event: Callable[[Event], None]) -> Run
 
     rd = ResultsDir(root)
     ctx = _mp_context({spec.backend})
+    _start_helpers(ctx)  # before the queue, whose semaphores start the resource tracker
     events = ctx.Queue()  # one queue per run: a killed worker cannot poison the next one
     started_at = now_iso()
     spawned = time.time()
@@ -313,26 +480,36 @@ def run_one(spec: RunSpec, root: Path, on_event: Callable[[Event], None]) -> Run
         name=f"ampcert-{spec.run_id}", daemon=True,
     )
     proc.start()
-    deadline = time.monotonic() + spec.timeout_s
-    timed_out = False
-    while True:
-        try:
-            on_event(events.get(timeout=0.25))
-        except queue_mod.Empty:
-            pass
-        if not proc.is_alive():
-            break
-        if time.monotonic() > deadline:
-            timed_out = True
-            proc.kill()
-            break
-    proc.join()
+    _interrupts.worker = proc
     try:
+        deadline = time.monotonic() + spec.timeout_s
+        timed_out = False
         while True:
-            on_event(events.get_nowait())
-    except (queue_mod.Empty, OSError, ValueError, EOFError):
-        pass
-    events.close()
+            try:
+                on_event(events.get(timeout=0.25))
+            except queue_mod.Empty:
+                pass
+            if not proc.is_alive():
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                proc.kill()
+                break
+        proc.join()
+        try:
+            while True:
+                on_event(events.get_nowait())
+        except (queue_mod.Empty, OSError, ValueError, EOFError):
+            pass
+    except BaseException:
+        # Interrupted (a signal: see interruptible) before the run finished: no
+        # result is written for it, so it stays pending and --resume runs it
+        # again; a result.json the worker wrote before it was stopped stands.
+        _stop_worker(proc, rd.run_dir(spec.run_id))
+        raise
+    finally:
+        _interrupts.worker = None
+        events.close()
     result = rd.read_result(spec.run_id)
     if result is None or timed_out:
         result = RunResult(
@@ -361,7 +538,16 @@ def pending_runs(rd: ResultsDir, runs: list[RunSpec], retry_failed: bool,
                  on_event: Callable[[Event], None] = lambda e: None) -> list[RunSpec]:
     """Runs without a trustworthy result (and failed ones, if asked). A result
     file that is there but cannot be trusted (truncated, not a RunResult,
-    another run's) is reported with an ``invalid`` event, and its run redone."""
+    another run's) is reported with an ``invalid`` event, and its run redone.
+
+    Before anything is written: a run folder that is a link out of the folder,
+    or paths the file system cannot hold, are refused with one line (a
+    resumed folder may come from elsewhere; read_plan checked it as well)."""
+    from ampcert.results import check_path_limits
+
+    ids = [spec.run_id for spec in runs]
+    rd.check_run_dirs(ids)
+    check_path_limits(rd.root, ids, "results folder")
     todo = []
     for spec in runs:
         result, problem = rd.check_result(spec.run_id)

@@ -12,19 +12,23 @@ holds the complete plan plus a ``shard`` record naming its own runs.
 folders planned from different suites (their ``suite_sha256`` differs) or
 with different run matrices, a run with results in two folders, and
 (without ``--partial``) runs that have no result in any of them. The source
-folders are read, never changed.
+folders are read, never changed. They are input from elsewhere: one that
+holds a symbolic link (or a FIFO, a device) anywhere is refused, naming it,
+and merge copies files, never what a link points to.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ampcert.errors import UserError
-from ampcert.results import ResultsDir, atomic_write_json, atomic_write_text
+from ampcert.results import ResultsDir, atomic_write_json, atomic_write_text, check_path_limits
 from ampcert.spec import RunSpec
 
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
@@ -74,18 +78,52 @@ def _live_lock(root: Path) -> int | None:
     return pid if pid and _alive(pid) else None
 
 
+def _refuse_links(root: Path) -> None:
+    """Refuse, naming it, a symbolic link or anything but files and folders
+    under a shard folder: merge copies from it, and a link (to a 0600 file, to
+    a folder outside) would put what it points to into the merged folder; a
+    FIFO would hang the copy."""
+    def unreadable(exc: OSError) -> NoReturn:
+        raise UserError(f"{exc.filename or root}: cannot be read ({exc.strerror or exc})")
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):  # never descends into links
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath) / name
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError as exc:
+                unreadable(exc)
+            if stat.S_ISLNK(mode):
+                try:
+                    target = f" (to {os.readlink(path)!r})"
+                except OSError:
+                    target = ""
+                raise UserError(f"{path}: is a symbolic link{target}; merge copies files, never what links "
+                                f"point to, and refuses a shard folder that holds one ({root})")
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise UserError(f"{path}: is not a regular file or folder; merge refuses a shard folder "
+                                f"that holds one ({root})")
+
+
 def merge(out: Path, sources: list[Path], *, partial: bool = False) -> dict[str, Any]:
     """Join shard folders into ``out`` (a new, empty folder). Returns what was merged."""
     from ampcert.runner.orchestrator import FolderLock, prepare_out_dir
 
     if not sources:
         raise UserError("merge: give the shard folders to merge (ampcert merge OUT DIR...)")
+    # Before `out` is looked at (a name too long is an OSError there); exact,
+    # with the run ids, in prepare_out_dir below.
+    check_path_limits(out, None, "merge OUT")
     seen: dict[Path, Path] = {}
     plans: list[dict[str, Any]] = []
     for d in sources:
-        if not d.is_dir():
+        try:
+            found = d.is_dir()
+            key = d.resolve()
+        except OSError as exc:  # a name too long for the file system, a loop of links
+            raise UserError(f"{d}: cannot be read ({exc.strerror or exc})") from None
+        if not found:
             raise UserError(f"{d}: results folder not found")
-        key = d.resolve()
         if key in seen:
             raise UserError(f"{d}: given twice (as {seen[key]})")
         if out.exists() and key == out.resolve():
@@ -94,6 +132,7 @@ def merge(out: Path, sources: list[Path], *, partial: bool = False) -> dict[str,
         pid = _live_lock(d)
         if pid is not None:
             raise UserError(f"{d}: ampcert (pid {pid}) is still writing to this folder; merge it when it is done")
+        _refuse_links(d)
         plans.append(ResultsDir(d).read_plan())
 
     ref, ref_dir = plans[0], sources[0]
@@ -129,12 +168,14 @@ def merge(out: Path, sources: list[Path], *, partial: bool = False) -> dict[str,
         raise UserError(f"{len(missing)} of {len(ref_ids)} planned runs have no result in these folders "
                         f"(first: {missing[0]}); give every shard's folder, or --partial to merge anyway")
 
-    prepare_out_dir(out)
+    prepare_out_dir(out, ref_ids)  # the merged folder's paths too must fit its file system
     rd_out = ResultsDir(out)
     with FolderLock(out):
         atomic_write_text(rd_out.suite_file, ResultsDir(ref_dir).suite_file.read_text(encoding="utf-8"))
         for run_id, (d, _) in owner.items():
-            shutil.copytree(ResultsDir(d).run_dir(run_id), rd_out.run_dir(run_id),
+            # symlinks=True: a link that appeared after _refuse_links is copied
+            # as a link, never as what it points to.
+            shutil.copytree(ResultsDir(d).run_dir(run_id), rd_out.run_dir(run_id), symlinks=True,
                             ignore=shutil.ignore_patterns(".*.tmp"))
         merged = {k: v for k, v in ref.items() if k != "shard"}
         merged["runs"] = [(owner[r.run_id][1] if r.run_id in owner else r).model_dump(mode="json")

@@ -9,6 +9,7 @@ recorded by the orchestrator, which sees the exit code and no result file.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 import traceback
@@ -18,7 +19,7 @@ from typing import Any
 
 from ampcert import mllog
 from ampcert.backends.contract import NonFiniteLoss, RunFailed, TrainOutcome, Unsupported
-from ampcert.errors import UserError
+from ampcert.errors import UserError, WriteFailed
 from ampcert.results import FailureKind, Phases, ResultsDir, RunResult, atomic_write_json
 from ampcert.spec import RunSpec, require_backend
 
@@ -76,21 +77,36 @@ def classify(exc: Exception) -> tuple[FailureKind, str]:
 
 
 def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None = None) -> RunResult:
-    """Train ``spec`` and write its result.json atomically; never raises for a run's own failure."""
+    """Train ``spec`` and write its result.json atomically; never raises for a run's own failure.
+
+    Nor for a file it cannot write (a full disk: :class:`WriteFailed`). A run
+    whose log cannot be written stops there, failed with that one-line reason
+    (``cannot write .../run.mllog: [Errno 28] ...``): what it did could not be
+    recorded, so it is no evidence. Where its result.json cannot be written, a
+    compact failed result says so (``cannot write .../result.json: ...``;
+    ``--resume --retry-failed`` redoes the run); where not even that can be,
+    the result is returned unstored and nothing is printed (a traceback here
+    would be a second, noisier message): the orchestrator finds no result and
+    records the failure itself, or, on a disk still full, stops with that same
+    one line (exit 1), and ``--resume`` redoes the run once there is space."""
     entered = time.time()
     rd = ResultsDir(root)
     run_dir = rd.run_dir(spec.run_id)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "error.txt").unlink(missing_ok=True)
     started_at = now_iso()
     t0 = time.perf_counter()
-    # A redone run starts its log afresh: the log describes this attempt only.
-    rd.mllog_file(spec.run_id).unlink(missing_ok=True)
-    rd.telemetry_file(spec.run_id).unlink(missing_ok=True)
-    log = mllog.MLLogger.open(rd.mllog_file(spec.run_id), namespace=spec.run_id)
+    log: mllog.MLLogger | None = None
     outcome: TrainOutcome | None = None
     status, reason, failure = "completed", None, None
     try:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "error.txt").unlink(missing_ok=True)
+            # A redone run starts its log afresh: the log describes this attempt only.
+            rd.mllog_file(spec.run_id).unlink(missing_ok=True)
+            rd.telemetry_file(spec.run_id).unlink(missing_ok=True)
+        except OSError as exc:
+            raise WriteFailed(run_dir, exc) from exc
+        log = mllog.MLLogger.open(rd.mllog_file(spec.run_id), namespace=spec.run_id)
         # Planning refused a missing framework already; this catches a folder
         # resumed, or a worker started, where it is missing.
         require_backend(spec.backend, f"run {spec.run_id}")
@@ -104,11 +120,25 @@ def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None =
         outcome = backend.train(spec, log, progress)
     except Exception as exc:  # noqa: BLE001 - a run's failure is data, not a crash
         status = "failed"
-        failure, reason = classify(exc)
-        (run_dir / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
-        log.end(mllog.RUN_STOP, metadata={"status": "aborted", "reason": reason})
+        # A file that cannot be written is the machine's failure, not the suite's bad input
+        # (WriteFailed is a UserError, for its one line): recorded as an error, by its message.
+        failure, reason = (FailureKind.ERROR, str(exc)) if isinstance(exc, WriteFailed) else classify(exc)
+        try:
+            (run_dir / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
+        except OSError:  # the disk that failed the run: its reason still goes into result.json
+            pass
+        if log is not None:
+            try:
+                log.end(mllog.RUN_STOP, metadata={"status": "aborted", "reason": reason})
+            except WriteFailed:
+                pass
     finally:
-        log.close()
+        if log is not None:
+            try:
+                log.close()
+            except WriteFailed as exc:  # the log's last lines are lost: the run is no evidence
+                if status == "completed":
+                    outcome, status, failure, reason = None, "failed", FailureKind.ERROR, str(exc)
     wall_s = time.perf_counter() - t0
     fields: dict[str, Any] = {}
     phases = None
@@ -117,7 +147,7 @@ def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None =
         if outcome.telemetry_series is not None:
             try:
                 outcome.telemetry["series_file"] = outcome.telemetry_series.write(rd.telemetry_file(spec.run_id)).name
-            except OSError as exc:  # the summary still stands without its series
+            except (WriteFailed, OSError) as exc:  # the summary still stands without its series
                 outcome.telemetry["series_file"] = None
                 outcome.telemetry["notes"].append(f"series not written: {exc}")
         startup = max(entered - spawned_at, 0.0) if spawned_at else 0.0
@@ -131,12 +161,37 @@ def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None =
         accelerated=spec.accelerated, capability_note=spec.capability_note,
         **fields,
     )
-    atomic_write_json(rd.result_file(spec.run_id), result)
+    try:
+        atomic_write_json(rd.result_file(spec.run_id), result)
+    except WriteFailed as exc:
+        # The failure itself, compactly (a few hundred bytes where the result held curves
+        # and telemetry), so that the folder says why rather than "worker lost".
+        result = RunResult(
+            run_id=spec.run_id, spec=spec, status="failed", reason=str(exc), failure=FailureKind.ERROR,
+            started_at=started_at, finished_at=now_iso(), wall_s=wall_s,
+            accelerated=spec.accelerated, capability_note=spec.capability_note,
+        )
+        try:
+            atomic_write_json(rd.result_file(spec.run_id), result)
+        except WriteFailed:  # nothing can be recorded here: see the docstring
+            pass
     return result
 
 
 def process_main(spec_json: str, root: str, queue, spawned_at: float, orchestrator: int | None = None) -> None:
     """Entry point of a worker process (see orchestrator)."""
+    # The worker's side of the signal policy (see orchestrator.interruptible).
+    # SIGINT is ignored: a terminal's Ctrl-C reaches the whole process group, and
+    # stopping the run is the orchestrator's job (a KeyboardInterrupt here would
+    # only print a traceback). SIGTERM and SIGHUP keep what the worker inherited
+    # (they end it, or stay ignored under nohup), so a worker can still be
+    # stopped on its own, which the orchestrator records as a failed run. The
+    # worker began with all three blocked (its forkserver was started so), so
+    # none could land before this; one pending since is delivered on unblocking.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                                                    if hasattr(signal, name)])
     spec = RunSpec.model_validate_json(spec_json)
     if orchestrator is not None:
         exit_with(orchestrator)

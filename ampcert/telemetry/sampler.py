@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from ampcert.errors import WriteFailed
 from ampcert.telemetry.host import POWERCAP_ROOT, HostSource, peak_rss_bytes
 from ampcert.telemetry.nvml import NvmlSession, decode_throttle
 from ampcert.telemetry.nvml import probe as nvml_probe
@@ -624,18 +625,23 @@ class Series:
 
     def write(self, path: str | Path) -> Path:
         """Write :meth:`csv` to ``path`` atomically (temp file + rename);
-        ``pandas.read_csv(path)`` reads it back."""
+        ``pandas.read_csv(path)`` reads it back. A write that fails (a full
+        disk) removes its temp file and raises :class:`~ampcert.errors.WriteFailed`
+        naming ``path`` and the errno."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-                fh.write(self.csv())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+                    fh.write(self.csv())
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as exc:
+            raise WriteFailed(path, exc) from exc
         return path
 
 

@@ -25,7 +25,9 @@ Two sources:
 
 In both cases files are read as raw bytes (no decoding, so nothing can fail
 to decode, and non-UTF-8 bytes are simply symbols), joined with
-:data:`SEPARATOR`, and cut to the first ``max_bytes`` bytes if a cap is given.
+:data:`SEPARATOR`, and cut to the first ``max_bytes`` bytes if a cap is given;
+the cap bounds what is read, not only what is kept (a file is read no further
+than the cap reaches).
 
 Windowing (:func:`make_windows`): the first 90% of the bytes are for
 training, the last 10% for evaluation. A training sample is *every* offset
@@ -255,6 +257,24 @@ def check_stdlib(seq_len: int, max_bytes: int | None = None) -> int:
 # -- loading -----------------------------------------------------------------
 
 
+def _read_prefix(path: Path, limit: int | None) -> bytes:
+    """The first ``limit`` bytes of ``path`` (all of it for None), never more:
+    ``max_bytes`` bounds what a worker reads and holds, so a 1 GiB file with a
+    1 MiB cap costs 1 MiB, not a read of the whole file cut afterwards."""
+    with path.open("rb") as fh:
+        if limit is None:
+            return fh.read()
+        parts: list[bytes] = []
+        left = limit
+        while left > 0:  # read() may return less than asked (a pipe, a network file system)
+            chunk = fh.read(left)
+            if not chunk:
+                break
+            parts.append(chunk)
+            left -= len(chunk)
+        return b"".join(parts)
+
+
 def _read(files: list[Path], root: Path, max_bytes: int | None) -> tuple[bytes, list[str], bool]:
     parts: list[bytes] = []
     names: list[str] = []
@@ -265,8 +285,11 @@ def _read(files: list[Path], root: Path, max_bytes: int | None) -> tuple[bytes, 
         if parts:
             parts.append(SEPARATOR)
             total += len(SEPARATOR)
+        # What the cap leaves, plus one byte that tells whether the file went on
+        # (the corpus is then `capped`).
+        limit = None if max_bytes is None else max(max_bytes - total, 0) + 1
         try:
-            chunk = f.read_bytes()
+            chunk = _read_prefix(f, limit)
         except OSError as exc:
             raise _error(f, f"cannot read: {exc.strerror or exc}") from None
         parts.append(chunk)

@@ -83,9 +83,9 @@ def run_side_by_side(jobs: dict[str, Path], out_root: Path) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory) -> dict:
-    """base1 and cand side by side (cand: digits steps 30% slower, fp16 without
-    loss scaling); then base2, base3 and base4 side by side (the same suite)."""
+def suites(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """The folder all runs go in, the baseline suite, and the candidate (digits
+    steps 30% slower, fp16 without loss scaling)."""
     root = tmp_path_factory.mktemp("gate")
     rules = root / "rules.yaml"
     rules.write_text(RULES)
@@ -95,12 +95,25 @@ def folders(tmp_path_factory) -> dict:
         path.write_text(SUITE.format(rules=rules, digits=digits, scaling=str(scaling).lower()))
         return path
 
-    base, cand = suite("base", "digits", True), suite("cand", "fault_workloads:slow", False)
+    return root, suite("base", "digits", True), suite("cand", "fault_workloads:slow", False)
+
+
+@pytest.fixture(scope="module")
+def pair(suites) -> dict:
+    """base1 and cand, side by side. The serial slowdown test needs only these,
+    so the serial run (a process of its own) builds nothing more."""
+    root, base, cand = suites
     out = run_side_by_side({"base1": base, "cand": cand}, root)
-    out |= run_side_by_side({"base2": base, "base3": base, "base4": base}, root)
     # for a second measurement of the slowdown, if the first was too noisy to decide
     out["again"] = lambda: run_side_by_side({"base1b": base, "candb": cand}, root)
     return out
+
+
+@pytest.fixture(scope="module")
+def folders(suites, pair) -> dict:
+    """The pair, and base2, base3 and base4 side by side (the same suite)."""
+    root, base, _ = suites
+    return pair | run_side_by_side({"base2": base, "base3": base, "base4": base}, root)
 
 
 def _compare(b: Path, c: Path, cfg=None) -> gate.GateResult:
@@ -139,12 +152,12 @@ def _write_report(folder: Path, path: Path, suite_name: str | None = None, relab
 
 
 @pytest.mark.serial  # throughput is under test: it runs alone, after the parallel run
-def test_injected_slowdown_is_flagged(folders, tmp_path):
-    base, cand = folders["base1"], folders["cand"]
+def test_injected_slowdown_is_flagged(pair, tmp_path):
+    base, cand = pair["base1"], pair["cand"]
     if _row(_compare(base, cand), DIGITS, "samples_per_s").status == "INCONCLUSIVE":
         # The gate found the machine too noisy to tell a 30% change from its load (as
         # designed, it does not fail a build on that): measure once more, side by side.
-        again = folders["again"]()
+        again = pair["again"]()
         base, cand = again["base1b"], again["candb"]
     out_json, out_md = tmp_path / "gate.json", tmp_path / "gate.md"
     proc = run_cli("compare", base, cand, "--json", out_json, "--markdown", out_md)
