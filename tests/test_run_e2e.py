@@ -5,13 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
-from conftest import REPO, cli_env, run_cli, snapshot
+from conftest import run_cli, snapshot
 from factories import warm_cli
 
 from ampcert import mllog
@@ -112,45 +109,6 @@ def test_failures_are_isolated_and_explained(tmp_path, write_suite):
     assert "injected failure" in (rd.run_dir(raising) / "error.txt").read_text()  # traceback kept on disk
     last = list(mllog.read(rd.mllog_file(raising)))[-1]
     assert last.key == "run_stop" and last.metadata["status"] == "aborted"
-
-
-RESUMABLE = """
-name: resumable
-precisions: [fp32]
-seeds: [0, 1, 2, 3]
-train: {steps: 40, eval_every: 20}
-workloads:
-  - workload: digits
-"""
-
-
-def test_sigkill_then_resume_completes_without_redoing_runs(tmp_path, write_suite):
-    out = tmp_path / "out"
-    suite = write_suite(RESUMABLE)
-    proc = subprocess.Popen([sys.executable, "-m", "ampcert", "run", str(suite), "--out", str(out)],
-                            cwd=REPO, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    rd = ResultsDir(out)
-    deadline = time.monotonic() + 120
-    try:
-        while time.monotonic() < deadline:
-            if (out / "runs").is_dir() and len(list((out / "runs").glob("*/result.json"))) >= 1:
-                break
-            time.sleep(0.05)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the orchestrator, its forkserver and the worker
-        proc.wait()
-    done_before = {p.parent.name: p.read_bytes() for p in (out / "runs").glob("*/result.json")}
-    assert 1 <= len(done_before) < 4, "the kill should land mid-suite"
-
-    resumed = run_cli("run", "--resume", out)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert f"resuming: {len(done_before)} of 4 runs already have results" in resumed.stdout
-    rs = load(out)
-    assert rs.missing == [] and len(rs.runs) == 4 and all(r.status == "completed" for r in rs.runs)
-    for run_id, data in done_before.items():
-        assert rd.result_file(run_id).read_bytes() == data  # finished runs were not redone
-    assert resumed.stdout.count("[completed]") == 4 - len(done_before)
 
 
 def test_a_second_invocation_on_the_same_folder_is_refused(tiny, tmp_path):
