@@ -23,7 +23,7 @@ class UserError(Exception):
 class WriteFailed(UserError, OSError):
     """A file could not be written: a full disk, a quota, a read-only or missing folder.
 
-    Raised by the atomic writers (``results.atomic_write_text``/``_json``,
+    Raised by the atomic writers (``atomic.atomic_write_text``, ``results.atomic_write_json``,
     the telemetry series, the MLLOG), which leave the old file as it was and
     no temp file behind, so nothing written before is harmed and ``--resume``
     goes on once there is space. The message names the file and the errno:

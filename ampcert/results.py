@@ -31,7 +31,6 @@ import errno
 import json
 import os
 import stat
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -40,7 +39,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ampcert.errors import UserError, WriteFailed
+from ampcert.atomic import (
+    atomic_write_text,  # re-exported: the writers of results import it from here
+)
+from ampcert.errors import UserError
 from ampcert.spec import MAX_NAME_LEN, RunSpec, id_problem, shown
 
 if TYPE_CHECKING:
@@ -178,37 +180,6 @@ def _legacy_failure_kind(reason: str) -> FailureKind:
 
 
 # --------------------------------------------------------------------------- writes
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` so that ``path`` holds either the old or the new content,
-    never a mix: temp file in the same folder, fsync, rename.
-
-    A write that fails (a full disk, a read-only folder) removes its temp file,
-    leaves ``path`` as it was and raises :class:`WriteFailed` naming ``path``
-    and the errno: one line for the CLI, not a traceback."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:  # (closes fd whatever fails below)
-                os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
-                fh.write(text)
-                fh.flush()  # a full disk shows here or at fsync, before the rename
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as exc:
-        raise WriteFailed(path, exc) from exc
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ampcert.results",),                                # RunResult, the results folder
     ("ampcert.spec",),                                   # suites and the run matrix
     ("ampcert.workloads", "ampcert.telemetry"),          # what is trained; what is measured
-    ("ampcert.configio", "ampcert.resources", "ampcert.errors", "ampcert.mllog", "ampcert.envinfo",
+    ("ampcert.configio", "ampcert.atomic", "ampcert.resources", "ampcert.errors", "ampcert.mllog", "ampcert.envinfo",
      "ampcert.console", "ampcert.version"),              # leaves every layer may use
     ("ampcert.amp",),                                    # the AMP engine: usable alone
 ]

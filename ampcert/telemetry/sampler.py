@@ -40,8 +40,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -52,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from ampcert.errors import WriteFailed
+from ampcert.atomic import atomic_write_text
 from ampcert.telemetry.host import POWERCAP_ROOT, HostSource, peak_rss_bytes
 from ampcert.telemetry.nvml import NvmlSession, decode_throttle
 from ampcert.telemetry.nvml import probe as nvml_probe
@@ -629,19 +627,7 @@ class Series:
         disk) removes its temp file and raises :class:`~ampcert.errors.WriteFailed`
         naming ``path`` and the errno."""
         path = Path(path)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-                    fh.write(self.csv())
-                os.chmod(tmp, 0o644)
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-        except OSError as exc:
-            raise WriteFailed(path, exc) from exc
+        atomic_write_text(path, self.csv())
         return path
 
 
