@@ -96,9 +96,9 @@ def test_a_jax_suite_plans_trains_reports_and_certifies_without_torch(tmp_path):
         unaccelerated: run
         train: {steps: 4, eval_every: 2}
         workloads:
-          - workload: resnet
-            params: {size: tiny}
-            precisions: [fp32, fp16]
+          - workload: resnet      # one run per workload: the imports are under test, and
+            params: {size: tiny}    # each run is seconds of JIT compiling on 2 cores
+            precisions: [fp32]
           - workload: gpt
             params: {size: tiny, max_bytes: 100000, eval_windows: 8}
             precisions: [bf16]
@@ -107,7 +107,7 @@ def test_a_jax_suite_plans_trains_reports_and_certifies_without_torch(tmp_path):
     proc, attempts = _cli(tmp_path, "torch", "run", suite, "--out", out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/result.json"))]
-    assert len(results) == 3
+    assert len(results) == 2
     for r in results:
         assert r["status"] == "completed" and r["steps"] == 4, r.get("reason")
         assert r["environment"]["jax"] and "torch" not in r["environment"]
