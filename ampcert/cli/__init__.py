@@ -348,7 +348,7 @@ def _usage_error(exc: Exception) -> bool:
 def main() -> None:
     try:
         code = app(standalone_mode=False)
-    except (WriteFailed, OSError) as exc:
+    except OSError as exc:  # WriteFailed is one
         # A file that could not be written (a full disk): one line naming it and the errno,
         # raised after the atomic writers left every file whole. Exit 2, as for any command
         # that could not do what it was asked, or 1 where the session says runs had started

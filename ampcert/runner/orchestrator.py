@@ -36,7 +36,15 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 from ampcert.errors import Interrupted, UserError
-from ampcert.results import FailureKind, ResultsDir, RunResult, atomic_write_json, atomic_write_text
+from ampcert.results import (
+    FailureKind,
+    ResultsDir,
+    RunResult,
+    atomic_write_json,
+    atomic_write_text,
+    check_path_limits,
+)
+from ampcert.runner.procs import STOP_SIGNALS
 from ampcert.runner.procs import alive as _alive
 from ampcert.spec import (
     RunSpec,
@@ -142,8 +150,6 @@ def prepare_out_dir(out: Path, run_ids: Iterable[str] | None = None) -> None:
     invocation killed before it wrote plan.json (its dead lock, the suite
     copy, temp files) holds no results and is taken over. ``run_ids``, where
     known, make the path-length check exact (see check_path_limits)."""
-    from ampcert.results import check_path_limits
-
     # Before anything touches the path: a name longer than the file system
     # allows would otherwise be an OSError traceback here, and a folder too
     # deep for its runs' files a failure in the middle of the suite.
@@ -285,11 +291,7 @@ def _remove_stale_temp_files(root: Path) -> None:
 
 def write_plan(out: Path, plan: Plan, shard: dict[str, Any] | None = None) -> None:
     from ampcert.envinfo import fingerprint
-    from ampcert.results import check_path_limits
 
-    # prepare_out_dir could only assume the longest run id; the plan's own
-    # ids are known here, before plan.json is written.
-    check_path_limits(out, [r.run_id for r in plan.runs], "--out")
     raw = plan.suite_path.read_bytes()
     rd = ResultsDir(out)
     if rd.plan_file.exists():  # (under the folder lock) another invocation planned here first
@@ -326,9 +328,6 @@ Event = dict[str, Any]
 # so that they end with the orchestrator, never in the middle of its shutdown.
 # A further signal during that shutdown (one that hangs, say on a worker that
 # cannot be reaped) ends the process at once.
-
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
-
 
 class _Interrupts:
     """The process's signal state: handlers are per process, so there is one (``_interrupts``)."""
@@ -543,8 +542,6 @@ def pending_runs(rd: ResultsDir, runs: list[RunSpec], retry_failed: bool,
     Before anything is written: a run folder that is a link out of the folder,
     or paths the file system cannot hold, are refused with one line (a
     resumed folder may come from elsewhere; read_plan checked it as well)."""
-    from ampcert.results import check_path_limits
-
     ids = [spec.run_id for spec in runs]
     rd.check_run_dirs(ids)
     check_path_limits(rd.root, ids, "results folder")

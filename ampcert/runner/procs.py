@@ -1,9 +1,15 @@
-"""Is a process still there? Shared by the orchestrator, its workers and torchrun ranks."""
+"""Is a process still there, and which signals stop one? Shared by the orchestrator,
+its workers and torchrun ranks."""
 
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
+
+# The signals of the one stop policy (orchestrator.interruptible): the orchestrator
+# handles them, its helper processes start with them blocked, workers unblock them.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 def proc_stat(pid: int) -> tuple[str, str] | None:

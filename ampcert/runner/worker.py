@@ -21,6 +21,7 @@ from ampcert import mllog
 from ampcert.backends.contract import NonFiniteLoss, RunFailed, TrainOutcome, Unsupported
 from ampcert.errors import UserError, WriteFailed
 from ampcert.results import FailureKind, Phases, ResultsDir, RunResult, atomic_write_json
+from ampcert.runner.procs import STOP_SIGNALS
 from ampcert.spec import RunSpec, require_backend
 
 
@@ -190,8 +191,7 @@ def process_main(spec_json: str, root: str, queue, spawned_at: float, orchestrat
     # none could land before this; one pending since is delivered on unblocking.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
-                                                    if hasattr(signal, name)])
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     spec = RunSpec.model_validate_json(spec_json)
     if orchestrator is not None:
         exit_with(orchestrator)

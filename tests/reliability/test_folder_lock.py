@@ -93,9 +93,8 @@ def test_a_live_lock_is_refused_and_a_second_plan_never_overwrites_the_first(tmp
             FolderLock(tmp_path).__enter__()
     (tmp_path / "plan.json").write_text('{"suite": "first"}')
 
-    class Plan:  # what write_plan reads before it refuses
+    class Plan:  # what write_plan reads
         suite_path = tmp_path / "other.yaml"
-        runs: list = []
 
     Plan.suite_path.write_text("name: other\n")
     with pytest.raises(UserError, match="another ampcert invocation has started writing to this folder"):
