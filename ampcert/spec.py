@@ -125,6 +125,32 @@ class Torchrun(_Strict):
         return self
 
 
+# What MLPerf's status field means by these: `available` hardware and
+# software anyone can buy or download, `preview` soon to be, `research`
+# (MLPerf's "Research, Development, or Internal") anything else. A
+# benchmarking run of one's own machine is the last, hence the default.
+SubmissionStatus = Literal["available", "preview", "research"]
+
+
+class Submission(_Strict):
+    """The MLPerf submission fields every run's run.mllog carries
+    (``submission_org``, ``submission_platform``, ``submission_division``,
+    ``submission_status``): MLPerf's common rules require the first three.
+
+    ``org`` defaults to ``ampcert-user``: ampcert cannot know who runs it, and
+    a placeholder that says so is more honest than a guessed name; set it for
+    anything you publish. ``platform`` left out is filled at planning from the
+    environment fingerprint (the first GPU's name on cuda, the CPU model on
+    cpu). ``division`` is MLPerf's `closed` or `open`; ampcert's workloads are
+    not MLPerf benchmarks, so its runs are `open` unless a suite says
+    otherwise."""
+
+    org: str = Field(default="ampcert-user", min_length=1)
+    platform: str | None = Field(default=None, min_length=1)
+    division: Literal["closed", "open"] = "open"
+    status: SubmissionStatus = "research"
+
+
 class WorkloadEntry(_Strict):
     workload: str = Field(min_length=1)
     id: str | None = Field(default=None, pattern=ID_PATTERN, max_length=MAX_ID_LEN)
@@ -178,6 +204,8 @@ class Suite(_Strict):
     # `torchrun.nproc_per_node` x `torchrun.nnodes` ranks; entries may override.
     launcher: Launcher = "process"
     torchrun: Torchrun | None = None
+    # MLPerf submission fields for each run's log (see Submission).
+    submission: Submission = Field(default_factory=Submission)
     workloads: list[WorkloadEntry] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -253,6 +281,11 @@ class RunSpec(_Strict):
     rdzv_endpoint: str | None = None
     rdzv_id: str | None = None
     node_rank: int | None = Field(default=None, ge=0)
+    # What the run's MLLOG discloses about the submission (platform filled at
+    # planning) and the suite file's name (MLPerf's config_filename). Left out
+    # of identity(): they describe who ran it where, not what it computes.
+    submission: Submission = Field(default_factory=Submission)
+    config_filename: str = ""
 
     @model_validator(mode="after")
     def _names_are_file_names(self) -> RunSpec:
@@ -442,6 +475,7 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, 
                         telemetry_rate_hz=suite.telemetry.rate_hz,
                         loss_scaling=entry.loss_scaling,
                         repeat=repeat,
+                        submission=suite.submission,
                         **launch,
                     )
                 )

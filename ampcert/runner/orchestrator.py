@@ -136,7 +136,24 @@ def plan_suite(suite_path: str | Path) -> Plan:
     runs = expand(suite, device, min_seeds=min_seeds, repeats=repeats)
     precisions = sorted({r.precision for r in runs})
     capabilities = probe(device, precisions, backend=suite.backend)
+    submission = suite.submission
+    if submission.platform is None:
+        submission = submission.model_copy(update={"platform": platform_name(device)})
+    runs = [r.model_copy(update={"submission": submission, "config_filename": path.name}) for r in runs]
     return Plan(suite, path, apply_capabilities(suite, runs, capabilities), capabilities, device)
+
+
+def platform_name(device: str) -> str:
+    """MLPerf's submission_platform when a suite names none: what the
+    environment fingerprint says the runs train on (the first GPU's name on
+    cuda, the CPU model otherwise)."""
+    from ampcert.envinfo import cpu_info, gpu_info
+
+    if device == "cuda":
+        devices = gpu_info().get("devices") or []
+        if devices:
+            return str(devices[0]["name"])
+    return str(cpu_info()["model"]) or "unknown CPU"
 
 
 def default_out_dir(suite_name: str) -> Path:
