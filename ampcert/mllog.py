@@ -1,9 +1,16 @@
 """MLPerf-style event logs: one ``:::MLLOG {json}`` line per event.
 
-The format follows mlcommons' mllog: each event has ``namespace``,
+The format is mlcommons' mllog, byte for byte: each line is ``:::MLLOG ``
+and the ``json.dumps`` (default separators, no key sorting) of ``namespace``,
 ``time_ms``, ``event_type`` (INTERVAL_START, INTERVAL_END or POINT_IN_TIME),
-``key``, ``value`` and ``metadata``. Lines are appended and flushed as they
-happen, so a log cut short by a crash still holds every event up to it.
+``key``, ``value`` and ``metadata`` in that order, so MLPerf's own tools
+(the compliance checker, result summarizers) read ours as they read theirs.
+One difference, by design: mllog starts each metadata with the caller's
+``file`` and ``lineno``; ampcert leaves them out (they would name ampcert's
+source lines, not anything about the run, and change with every edit). The
+checker does not need them. tests/certify/test_mlperf_checker.py proves the
+match. Lines are appended and flushed as they happen, so a log cut short by
+a crash still holds every event up to it.
 """
 
 from __future__ import annotations
@@ -39,6 +46,17 @@ AMP_POLICY = "amp_policy"
 LOSS_SCALE = "loss_scale"
 SKIPPED_STEPS = "skipped_steps"
 ENERGY_J = "energy_j"
+# MLPerf training 6.1 common rules: the submission and run-config disclosure.
+CACHE_CLEAR = "cache_clear"
+SUBMISSION_ORG, SUBMISSION_PLATFORM = "submission_org", "submission_platform"
+SUBMISSION_DIVISION, SUBMISSION_STATUS = "submission_division", "submission_status"
+CONFIG_FILENAME = "config_filename"
+TENSOR_PARALLELISM, PIPELINE_PARALLELISM = "tensor_parallelism", "pipeline_parallelism"
+CONTEXT_PARALLELISM, EXPERT_PARALLELISM = "context_parallelism", "expert_parallelism"
+MICRO_BATCH_SIZE = "micro_batch_size"
+LOWEST_PRECISION_LINEAR = "lowest_numerical_precision_in_linear"
+LOWEST_PRECISION_ATTN = "lowest_numerical_precision_in_attn"
+LOWEST_PRECISION_COMM = "lowest_numerical_precision_in_comm"
 
 
 def _jsonable(value: Any) -> Any:
@@ -91,7 +109,8 @@ class MLLogger:
             "metadata": {k: _jsonable(v) for k, v in (metadata or {}).items()},
         }
         try:
-            self._stream.write(PREFIX + json.dumps(record, sort_keys=True) + "\n")
+            # No sort_keys: mllog keeps this field order (and the metadata's own order).
+            self._stream.write(PREFIX + json.dumps(record) + "\n")
         except OSError as exc:
             raise self._failed(exc) from exc
 

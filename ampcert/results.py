@@ -109,6 +109,17 @@ class Phases(_Model):
     other_s: float = Field(description="seeding, digests, logging and writing results")
 
 
+class LowestPrecision(_Model):
+    """MLPerf's precision disclosure, measured during the run's first training
+    step (ampcert.backends.torch_precision), in MLPerf's spelling (fp32, tf32,
+    bfloat16, fp16, ...)."""
+
+    linear: str = Field(description="lowest dtype matmul/convolution ops computed in")
+    attn: str = Field(description="lowest dtype attention ops computed in (see detail.attn.observed)")
+    comm: str = Field(description="lowest dtype of the gradient collective's payload (fp32 for one process)")
+    detail: dict[str, Any] = Field(default_factory=dict, description="per category: observed, ops seen, or the reason none were")
+
+
 class RunResult(_Model):
     schema_version: int = SCHEMA_VERSION
     run_id: str
@@ -154,6 +165,10 @@ class RunResult(_Model):
         "power, peak memory per source, sampling rate, method per device; null values carry reasons")
     loss_scale: list[float] | None = Field(default=None, description="scale after each step's update (fp16)")
     skipped_steps: list[int] | None = Field(default=None, description="steps whose optimizer update was skipped")
+    # Written only when set, like `failure`: results from before the field keep their bytes.
+    lowest_precision: LowestPrecision | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="the precision the run measurably computed in (MLPerf's lowest_numerical_precision_in_*)")
     accelerated: bool = True
     capability_note: str = ""
     amp_policy: dict[str, Any] | None = Field(default=None, description="the autocast policy: name and sha256")

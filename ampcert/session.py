@@ -426,11 +426,34 @@ class Checked:
                                            for v in vs]} for f, vs in self.logs]}
 
 
-def check_logs(paths: Sequence[str | Path], rules: str | Path | None = None) -> Checked:
-    """MLLOG logs (files, or folders searched for ``*.mllog``) against compliance rules."""
-    from ampcert.certify.compliance import check_log, load_compliance_rules
+def check_logs(paths: Sequence[str | Path], rules: str | Path | None = None, *, mlperf: bool = False) -> Checked:
+    """MLLOG logs (files, or folders searched for ``*.mllog``) against compliance
+    rules: ampcert's declarative ones, or with ``mlperf`` MLPerf's own checker
+    (training 6.1.0, common rules only: ampcert's workloads are not MLPerf
+    benchmarks, so no per-benchmark rules apply)."""
+    from ampcert.certify.compliance import (
+        ComplianceRules,
+        Violation,
+        check_log,
+        load_compliance_rules,
+    )
 
+    if mlperf and rules is not None:
+        raise UserError("--mlperf runs MLPerf's own rules; give it or --rules, not both")
+    files = _mllog_files(paths)
+    if mlperf:
+        from ampcert.certify import mlperf as mlperf_rules
+
+        def official(f: Path) -> list[Violation]:
+            return [Violation(str(f), line, "mlperf", msg) for line, msg in mlperf_rules.check_common(f).violations()]
+
+        name = f"MLPerf {mlperf_rules.RULESET} {mlperf_rules.VERSION} common rules"
+        return Checked(ComplianceRules(name=name), [(f, official(f)) for f in files])
     compliance = load_compliance_rules(Path(rules) if rules is not None else None)
+    return Checked(compliance, [(f, check_log(f, compliance)) for f in files])
+
+
+def _mllog_files(paths: Sequence[str | Path]) -> list[Path]:
     files: list[Path] = []
     for item in map(Path, paths):
         if item.is_dir():
@@ -442,7 +465,7 @@ def check_logs(paths: Sequence[str | Path], rules: str | Path | None = None) -> 
             files.append(item)
         else:
             raise UserError(f"{item}: no such log file or folder")
-    return Checked(compliance, [(f, check_log(f, compliance)) for f in files])
+    return files
 
 
 @dataclass(frozen=True)

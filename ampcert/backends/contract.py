@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from ampcert.results import EvalPoint, Measured, StepTimes
+from ampcert.results import EvalPoint, LowestPrecision, Measured, StepTimes
 
 if TYPE_CHECKING:
     from ampcert.telemetry import Series
@@ -102,6 +102,8 @@ class TrainOutcome:
     # The scale after each step and the skipped steps; None for a run that does not scale.
     loss_scale: list[float] | None = None
     skipped_steps: list[int] | None = None
+    # Measured over the first training step; None where no step ran.
+    lowest_precision: LowestPrecision | None = None
 
     def result_fields(self) -> dict[str, Any]:
         """The RunResult fields this outcome holds, by name."""

@@ -100,7 +100,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     from ampcert.workloads import registry
 
     device = spec.device
-    log.start(mllog.INIT_START)
+    loop.log_init_start(log)
     determinism = loop.seed_host(spec.seed)  # for a user's workload that draws from numpy's global generator
     # XLA's CPU kernels are deterministic; on a GPU _configure_xla asked for
     # deterministic ops (the certify determinism check reads this field).
@@ -159,7 +159,6 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     step_jit = jax.jit(step_fn, donate_argnums=(0, 1, 2) if device == "cuda" else ())
     predict = jax.jit(predict_fn)
 
-    eval_key = "eval_accuracy" if workload.metric == "accuracy" else f"eval_{workload.metric}"
     loop.log_run_config(log, spec, task.batch_size, len(train_x), len(eval_x), amp_policy["name"],
                         [("backend", "jax")])
 
@@ -176,7 +175,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     step = 0
     while step < limit:
         window = min(budget.eval_every, limit - step)
-        log.start(mllog.BLOCK_START, metadata={"first_step": step + 1, "step_count": window})
+        log.start(mllog.BLOCK_START, metadata=loop.block_metadata(step + 1, window, step * task.batch_size))
         tel.phase("train")
         window_losses: list[Any] = []
         for _ in range(window):
@@ -200,19 +199,19 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
                 train_s += elapsed
             window_losses.append(loss)
             scaling.observe(scale_state, finite_grads, step)
-        log.end(mllog.BLOCK_STOP, metadata={"first_step": step - window + 1, "step_count": window})
+        log.end(mllog.BLOCK_STOP, metadata=loop.block_metadata(step - window + 1, window, step * task.batch_size))
         values = [float(v) for v in window_losses]
         losses.extend(values)
         scaling.check_window([math.isfinite(v) for v in values], step, spec.precision)
 
         tel.phase("eval")
         t_eval = time.perf_counter()
-        log.start(mllog.EVAL_START, metadata={"step": step})
+        log.start(mllog.EVAL_START, metadata=loop.eval_metadata(step, step * task.batch_size))
         value = float(task.evaluate(functools.partial(_predict_host, predict, params, state), eval_x, eval_y))
         eval_s += time.perf_counter() - t_eval
         samples = step * task.batch_size
-        log.event(eval_key, value, {"step": step, "samples": samples})
-        log.end(mllog.EVAL_STOP, metadata={"step": step})
+        loop.log_eval_value(log, workload.metric, value, step, samples)
+        log.end(mllog.EVAL_STOP, metadata=loop.eval_metadata(step, samples))
         evals.append(EvalPoint(step=step, samples=samples, train_time_s=train_s, value=value))
         scaling.log_eval(log, step)
         if not math.isfinite(value):

@@ -19,7 +19,7 @@ import numpy as np
 
 from ampcert import mllog
 from ampcert.backends.contract import NonFiniteLoss
-from ampcert.results import Measured, StepTimes
+from ampcert.results import LowestPrecision, Measured, StepTimes
 from ampcert.spec import RunSpec
 from ampcert.workloads import rng
 
@@ -69,10 +69,39 @@ def step_times_ms(seconds: list[float]) -> list[float] | None:
     return [round(s * 1e3, 3) for s in seconds] or None
 
 
+def log_init_start(log: mllog.MLLogger) -> None:
+    """cache_clear, then init_start: MLPerf's common rules want a cache_clear
+    before init_start. What it stands for here: each run trains in a worker
+    process of its own, so no framework state, compiled kernel or cached
+    batch of another run is carried into it; the OS page cache is not
+    dropped (the metadata says so)."""
+    log.event(mllog.CACHE_CLEAR, True, {"scope": "fresh worker process per run; OS page cache not dropped"})
+    log.start(mllog.INIT_START)
+
+
 def log_run_config(log: mllog.MLLogger, spec: RunSpec, batch_size: int, n_train: int, n_eval: int,
                    policy_name: str | None, extra: Iterable[tuple[str, Any]] = ()) -> None:
-    """The MLLOG events between init_start and init_stop, then init_stop."""
+    """The MLLOG events between init_start and init_stop, then init_stop.
+
+    Besides ampcert's own keys, MLPerf's common disclosure: the submission
+    (the suite's `submission:`; its division must come before init_stop, as
+    it sets the checker's init window), the suite file's name, and the
+    parallelism. ampcert trains data-parallel only, so tensor, pipeline,
+    context and expert parallelism are 1; micro_batch_size is the batch one
+    rank computes per step (the global batch over the world size)."""
     budget = spec.train
+    sub = spec.submission
+    platform = sub.platform or _platform_fallback(spec.device)
+    for key, value in [
+        (mllog.SUBMISSION_ORG, sub.org), (mllog.SUBMISSION_PLATFORM, platform),
+        (mllog.SUBMISSION_DIVISION, sub.division), (mllog.SUBMISSION_STATUS, sub.status),
+        # A spec built without planning (a test, a notebook) has no suite file.
+        (mllog.CONFIG_FILENAME, spec.config_filename or f"{spec.suite}.yaml"),
+        (mllog.TENSOR_PARALLELISM, 1), (mllog.PIPELINE_PARALLELISM, 1),
+        (mllog.CONTEXT_PARALLELISM, 1), (mllog.EXPERT_PARALLELISM, 1),
+        (mllog.MICRO_BATCH_SIZE, max(batch_size // spec.world_size, 1)),
+    ]:
+        log.event(key, value)
     for key, value in [
         (mllog.SUBMISSION_BENCHMARK, spec.label), (mllog.SEED, spec.seed),
         (mllog.GLOBAL_BATCH_SIZE, batch_size), (mllog.PRECISION, spec.precision),
@@ -82,6 +111,52 @@ def log_run_config(log: mllog.MLLogger, spec: RunSpec, batch_size: int, n_train:
     ]:
         log.event(key, value)
     log.end(mllog.INIT_STOP)
+
+
+def _platform_fallback(device: str) -> str:
+    # Planning fills the platform; a RunSpec made elsewhere still logs a non-empty one.
+    from ampcert.envinfo import cpu_info
+
+    return str(cpu_info()["model"]) or f"unknown {device}"
+
+
+# MLPerf's common rules read a block's and an evaluation's position from
+# samples_count (or epochs). ampcert trains by steps over an endless shuffled
+# stream, so everything is in "epoch" 0 and samples_count = steps x global batch.
+def block_metadata(first_step: int, step_count: int, samples_count: int) -> dict[str, Any]:
+    return {"first_step": first_step, "step_count": step_count, "samples_count": samples_count,
+            "first_epoch_num": 0, "epoch_count": 1}
+
+
+def eval_metadata(step: int, samples_count: int) -> dict[str, Any]:
+    return {"step": step, "samples_count": samples_count, "epoch_num": 0}
+
+
+def log_eval_value(log: mllog.MLLogger, metric: str, value: float, step: int, samples: int) -> None:
+    """The evaluation's value: ``eval_<metric>`` as before, and, for a metric
+    other than accuracy, eval_accuracy too (MLPerf's common rules want at
+    least one) with the metric's name in its metadata, so no reader mistakes
+    bits per byte for an accuracy."""
+    meta = {**eval_metadata(step, samples), "samples": samples}
+    if metric == "accuracy":
+        log.event(mllog.EVAL_ACCURACY, value, meta)
+        return
+    log.event(f"eval_{metric}", value, meta)
+    log.event(mllog.EVAL_ACCURACY, value, {**meta, "metric": metric})
+
+
+def log_lowest_precision(log: mllog.MLLogger, disclosed: dict[str, dict[str, Any]]) -> LowestPrecision:
+    """Log MLPerf's three lowest_numerical_precision_in_* events from what the
+    backend measured ({"linear"|"attn"|"comm": {"value": ..., <metadata>}})
+    and return them for the run result."""
+    keys = {"linear": mllog.LOWEST_PRECISION_LINEAR, "attn": mllog.LOWEST_PRECISION_ATTN,
+            "comm": mllog.LOWEST_PRECISION_COMM}
+    for part, key in keys.items():
+        meta = {k: v for k, v in disclosed[part].items() if k != "value"}
+        log.event(key, disclosed[part]["value"], meta)
+    return LowestPrecision(linear=disclosed["linear"]["value"], attn=disclosed["attn"]["value"],
+                           comm=disclosed["comm"]["value"],
+                           detail={p: {k: v for k, v in d.items() if k != "value"} for p, d in disclosed.items()})
 
 
 def target_hit(value: float, target: float | None, higher_is_better: bool) -> bool:

@@ -32,7 +32,7 @@ import torch
 
 from ampcert import mllog
 from ampcert.amp.precision import dtype_name
-from ampcert.backends import distributed, loop
+from ampcert.backends import distributed, loop, torch_precision
 from ampcert.backends.contract import (  # noqa: F401 - RunFailed: part of this module's API
     NonFiniteLoss,
     PhaseTimes,
@@ -251,7 +251,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
            tel: Telemetry) -> TrainOutcome:
     progress = progress or (lambda _: None)
     device = spec.device
-    log.start(mllog.INIT_START)
+    loop.log_init_start(log)
     determinism = seed_everything(spec.seed, device)
     workload = registry.get(spec.workload)
     params = workload.Params.model_validate(spec.params)
@@ -269,13 +269,16 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     # Under torchrun: train through DistributedDataParallel, evaluate `model` on rank 0.
     dctx = distributed.current() if spec.launcher == "torchrun" else None
     train_model, rank0 = model, dctx is None or dctx.is_main
+    # Watches the first step: what precision the run really computed in (MLPerf's disclosure).
+    probe = torch_precision.PrecisionProbe(model, device)
     if dctx is not None:
         dctx.check_batch(task.batch_size)
         train_model = dctx.wrap(model, device)
+        torch_precision.record_comm_dtype(train_model, probe.observed)
+    lowest_precision = None
 
     budget = spec.train
     limit = budget.step_limit
-    eval_key = "eval_accuracy" if workload.metric == "accuracy" else f"eval_{workload.metric}"
     loop.log_run_config(log, spec, task.batch_size, len(task.train_x), len(task.eval_x), amp.policy.get("name"),
                         [("world_size", dctx.world)] if dctx is not None else [])
 
@@ -293,7 +296,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     model.train()
     while step < limit:
         window = min(budget.eval_every, limit - step)
-        log.start(mllog.BLOCK_START, metadata={"first_step": step + 1, "step_count": window})
+        log.start(mllog.BLOCK_START, metadata=loop.block_metadata(step + 1, window, step * task.batch_size))
         tel.phase("train")
         t_window = time.perf_counter()
         for _ in range(window):
@@ -308,9 +311,15 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
                 x, y = dctx.shard(x), dctx.shard(y)
             data_s += time.perf_counter() - t_data
             optimizer.zero_grad(set_to_none=True)
-            with amp.autocast():
-                loss = task.loss_fn(train_model(x), y)
-            scaler.scale(loss).backward()
+            # Step 1's time includes the probe's per-op bookkeeping (it also holds the warm-up).
+            with probe if step == 1 else contextlib.nullcontext():
+                with amp.autocast():
+                    loss = task.loss_fn(train_model(x), y)
+                scaler.scale(loss).backward()
+            if step == 1:
+                probe.remove_hooks()
+                lowest_precision = loop.log_lowest_precision(
+                    log, torch_precision.disclosure(probe.observed, spec.world_size))
             scaler.step(optimizer)
             scaler.update()
             if scheduler is not None:
@@ -320,7 +329,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         _sync(device)
         train_s += time.perf_counter() - t_window
         clock.collect()
-        log.end(mllog.BLOCK_STOP, metadata={"first_step": step - window + 1, "step_count": window})
+        log.end(mllog.BLOCK_STOP, metadata=loop.block_metadata(step - window + 1, window, step * task.batch_size))
 
         window_losses = torch.stack(losses[-window:])
         if dctx is not None:  # the global batch's loss: the mean of the ranks' shard means
@@ -331,7 +340,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
 
         tel.phase("eval")
         t_eval = time.perf_counter()
-        log.start(mllog.EVAL_START, metadata={"step": step})
+        log.start(mllog.EVAL_START, metadata=loop.eval_metadata(step, step * task.batch_size))
         model.eval()
         with torch.no_grad(), amp.autocast():
             value = float(task.evaluate(model, task.eval_x, task.eval_y)) if rank0 else math.nan
@@ -339,8 +348,8 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         _sync(device)
         eval_s += time.perf_counter() - t_eval
         samples = step * task.batch_size
-        log.event(eval_key, value, {"step": step, "samples": samples})
-        log.end(mllog.EVAL_STOP, metadata={"step": step})
+        loop.log_eval_value(log, workload.metric, value, step, samples)
+        log.end(mllog.EVAL_STOP, metadata=loop.eval_metadata(step, samples))
         evals.append(EvalPoint(step=step, samples=samples, train_time_s=train_s, value=value))
         scaler.log_eval(log, step)
         if dctx is not None:  # every rank follows rank 0's evaluation
@@ -409,6 +418,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         time_to_target_s=reached.time_s if reached else None,
         loss_scale=loss_scale,
         skipped_steps=skipped,
+        lowest_precision=lowest_precision,
     )
 
 

@@ -161,6 +161,8 @@ def certify(
 def check(
     logs: list[Path] = typer.Argument(..., help="MLLOG files (run.mllog), or results folders"),
     rules: Path | None = typer.Option(None, "--rules", help="compliance rule file (default configs/rules/mllog.yaml)"),
+    mlperf: bool = typer.Option(False, "--mlperf", help="check with MLPerf's own compliance checker "
+                                "(mlperf-logging, training 6.1.0 common rules) instead"),
     as_json: bool = typer.Option(False, "--json", help="print the logs and their violations as JSON on stdout "
                                  "(messages go to stderr)"),
 ) -> None:
@@ -168,7 +170,7 @@ def check(
 
     Exit 0 when every log complies, 1 when any violation is found, 2 on bad input."""
     _setup_output(as_json)
-    checked = session.check_logs(logs, rules)
+    checked = session.check_logs(logs, rules, mlperf=mlperf)
     print_json(checked.to_json()) if as_json else views.print_violations(console, checked)
     console.print(f"{len(checked.logs)} log(s) checked against {checked.rules.name}: "
                   f"{checked.violations} violation(s)", markup=False)
