@@ -44,7 +44,7 @@ import numpy as np
 
 from ampcert import mllog
 from ampcert.amp.precision import LOW_PRECISIONS, dtype_name
-from ampcert.backends import loop
+from ampcert.backends import jax_precision, loop
 from ampcert.backends.contract import NonFiniteLoss, PhaseTimes, TrainOutcome, Unsupported
 from ampcert.results import EvalPoint, Measured
 from ampcert.spec import RunSpec
@@ -170,6 +170,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     compile_s: float | None = None
     reached: loop.Reached | None = None
 
+    lowest_precision = None
     log.start(mllog.RUN_START)
     run_start = time.perf_counter()
     step = 0
@@ -188,6 +189,10 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
             x, y = jnp.asarray(x), jnp.asarray(y)
             t_data = time.perf_counter()
             data_s += t_data - t0
+            if step == 1:  # traced apart from the timed step (no compile, no run): what XLA will compute in
+                lowest_precision = loop.log_lowest_precision(log, jax_precision.observe(
+                    step_fn, (params, opt_state, state, scaling.state, lr_table[0], x, y), device))
+                t0 += time.perf_counter() - t_data  # not the step's time
             params, opt_state, state, scale_state, loss, finite_grads = step_jit(
                 params, opt_state, state, scaling.state, lr_table[step - 1], x, y)
             jax.block_until_ready((params, loss))
@@ -269,6 +274,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         time_to_target_s=reached.time_s if reached else None,
         loss_scale=loss_scale,
         skipped_steps=skipped,
+        lowest_precision=lowest_precision,
     )
 
 

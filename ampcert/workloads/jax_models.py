@@ -225,6 +225,12 @@ def gpt_task(prepared: GPTPrepared) -> JaxTask:
     n_layer, n_head = params.n_layer, params.n_head
 
     def attention(x, p, name):
+        # Named, so the precision disclosure can find attention in the jaxpr
+        # (ampcert.backends.jax_precision); a name changes nothing computed.
+        with jax.named_scope("attention"):
+            return _attention(x, p, name)
+
+    def _attention(x, p, name):
         B, T, C = x.shape
         qkv = linear(x, p, f"{name}.qkv")
         q, k, v = (t.reshape(B, T, n_head, C // n_head).transpose(0, 2, 1, 3)

@@ -171,3 +171,32 @@ def test_our_lines_are_mllogs_lines(tmp_path):
 
     assert normal(tmp_path / "ours.log") == normal(theirs_path)
     assert len(normal(theirs_path)) == len(events)
+
+
+JAX_SUITE = """\
+name: mlperf-jax
+backend: jax
+amp: ampcert
+device: cpu
+precisions: [bf16]
+train: {steps: 2, eval_every: 2}
+unaccelerated: run
+workloads:
+  - workload: gpt
+    params: {size: tiny, max_bytes: 20000, eval_windows: 4}
+"""
+
+
+def test_jax_bf16_gpt_passes_and_discloses_what_its_jaxpr_computes(tmp_path):
+    pytest.importorskip("jax")
+    suite = tmp_path / "jax.yaml"
+    suite.write_text(JAX_SUITE)
+    proc = run_cli("run", suite, "--out", tmp_path / "out", timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run,) = (tmp_path / "out" / "runs").iterdir()
+    check = check_common(run / "run.mllog")
+    assert check.ok, check.errors
+    lowest = json.loads((run / "result.json").read_text())["lowest_precision"]
+    assert (lowest["linear"], lowest["attn"], lowest["comm"]) == ("bfloat16", "bfloat16", "fp32")
+    # Found by its jax.named_scope, kept through the autocast rewrite.
+    assert lowest["detail"]["attn"]["observed"] is True

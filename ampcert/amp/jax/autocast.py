@@ -77,7 +77,7 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, jaxpr_as_fun, jaxprs_in
 
 from ..policy import OpPolicy, PolicyError, load_policy, shipped_policy
 from ..precision import LOW_PRECISIONS, PRECISIONS, dtype_name
-from .compat import Region, region_for
+from .compat import Region, eqn_context, region_for
 from .primitives import SAME_DTYPE
 
 __all__ = ["AutocastFunction", "RewriteReport", "autocast", "iter_eqns", "jax_policy"]
@@ -186,7 +186,8 @@ class _Rewriter:
             env[v] = a
         for eqn in jaxpr.eqns:
             weak_in = [is_weak(v) for v in eqn.invars]
-            outs = self.eqn(eqn, [read(v) for v in eqn.invars], weak_in)
+            with eqn_context(eqn):  # keeps jax.named_scope names through the rewrite
+                outs = self.eqn(eqn, [read(v) for v in eqn.invars], weak_in)
             constant = eqn.primitive.name in _CONSTANT_PRESERVING and weak_in and all(weak_in)
             for v, o in zip(eqn.outvars, outs, strict=True):
                 env[v] = o

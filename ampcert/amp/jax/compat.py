@@ -184,3 +184,21 @@ def region_for(name: str, params: Mapping[str, Any], version: tuple[int, ...] = 
                           RuntimeWarning, stacklevel=3)
         return None
     return region
+
+
+def eqn_context(eqn: Any) -> Any:
+    """A context that re-binds ``eqn`` under its own name stack and traceback,
+    so that names given with ``jax.named_scope`` (and error locations) survive
+    the autocast rewrite: the precision disclosure finds attention by its
+    name. JAX exposes no public way to set these; on a release where the
+    private helper moved, names are lost and nothing else changes."""
+    import contextlib
+
+    info = getattr(eqn, "source_info", None)
+    try:
+        from jax._src import source_info_util
+    except ImportError:  # pragma: no cover - a JAX release without it
+        return contextlib.nullcontext()
+    if info is None or not hasattr(source_info_util, "user_context"):
+        return contextlib.nullcontext()
+    return source_info_util.user_context(info.traceback, name_stack=info.name_stack)
