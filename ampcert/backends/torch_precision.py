@@ -131,7 +131,9 @@ def record_comm_dtype(ddp_model: Any, observed: Observed) -> None:
     then all-reduces it as DDP's default would (averaged over ranks)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    def hook(state: Any, bucket: Any) -> Any:
+    # No annotations: DDP refuses a hook whose `bucket` is annotated as anything
+    # but dist.GradBucket (and this module's annotations are strings).
+    def hook(state, bucket):
         dtype = MLPERF_NAME.get(bucket.buffer().dtype)
         observed.comm = _lower(observed.comm, dtype)
         return default_hooks.allreduce_hook(state, bucket)

@@ -198,6 +198,13 @@ def test_two_gloo_ranks_match_the_single_process_run_and_fail_like_workers(tmp_p
     mllog = (run_dir / "run.mllog").read_text()
     assert mllog.count('"run_start"') == mllog.count('"run_stop"') == 1 and mllog.count('"eval_accuracy"') == 3
     assert run_cli("check", run_dir / "run.mllog").returncode == 0
+    # MLPerf's common rules too; the comm precision is the dtype DDP's gradient
+    # all-reduce buckets carried (a comm hook saw them), the micro batch a rank's.
+    assert run_cli("check", "--mlperf", run_dir / "run.mllog").returncode == 0
+    assert '"key": "micro_batch_size", "value": 32' in mllog
+    lowest = ddp.lowest_precision
+    assert lowest is not None and (lowest.linear, lowest.attn, lowest.comm) == ("fp32", "fp32", "fp32")
+    assert lowest.detail["comm"] == {"observed": True, "what": "DDP gradient all-reduce buckets"}
 
     assert {runs[k].status for k in ("raising", "killed", "digits-timeout")} == {"failed"}
     assert runs["raising"].reason == "ValueError: injected failure at step 7"
