@@ -31,7 +31,7 @@ def load_average() -> str:
 
 
 def cpu_info() -> dict[str, Any]:
-    model, flags = platform.processor() or platform.machine(), set()
+    model, flags, sockets = platform.processor() or platform.machine(), set(), set()
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
         for line in cpuinfo.read_text(errors="replace").splitlines():
@@ -39,6 +39,8 @@ def cpu_info() -> dict[str, Any]:
             key = key.strip()
             if key == "model name":
                 model = value.strip()
+            elif key == "physical id":  # one id per CPU package (socket)
+                sockets.add(value.strip())
             elif key in ("flags", "Features") and not flags:
                 flags = set(value.split())
     try:
@@ -52,6 +54,7 @@ def cpu_info() -> dict[str, Any]:
         "model": model,
         "logical_cores": os.cpu_count(),
         "physical_cores": physical,
+        "sockets": len(sockets) or None,
         "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "memory_bytes": memory,
         "flags": {f: (f in flags) for f in CPU_FLAGS_OF_INTEREST} if flags else "unknown",

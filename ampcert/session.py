@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ampcert.certify.compliance import ComplianceRules, Violation
     from ampcert.gate import GateResult
     from ampcert.plan import CapacityPlan
+    from ampcert.report.mlperf_export import Exported
     from ampcert.report.sign import Verified
     from ampcert.results import ResultSet, RunResult
     from ampcert.runner.orchestrator import Plan
@@ -38,7 +39,7 @@ OnEvent = Callable[[Event], None]
 
 __all__ = [
     "Finished", "NotVerified", "PlannedRuns", "audit_jax", "audit_torch", "capacity", "catalog", "certify", "check_key", "check_logs",
-    "compare", "environment", "finish", "keygen", "merge", "plan_resume", "plan_suite", "report", "resume",
+    "compare", "environment", "export_mlperf", "finish", "keygen", "merge", "plan_resume", "plan_suite", "report", "resume",
     "run_suite", "shipped_text", "sign", "verify",
 ]
 
@@ -312,6 +313,22 @@ def report(folder: str | Path, *, csv: str | Path | None = None) -> Finished:
         except OSError as exc:
             raise UserError(f"--csv {csv}: cannot write ({type(exc).__name__}: {exc.strerror})") from None
     return done
+
+
+def export_mlperf(folder: str | Path, out: str | Path) -> Exported:
+    """Lay a results folder out as an MLPerf training submission under ``out``
+    (``<org>/results/<system>/<benchmark>/result_N.txt``, ``<org>/systems/<system>.json``)
+    and judge it with MLPerf's checkers; see :mod:`ampcert.report.mlperf_export`."""
+    from ampcert.report.mlperf_export import export
+    from ampcert.results import ResultsDir, load
+    from ampcert.runner import orchestrator as orch
+    from ampcert.version import __version__
+
+    root = _existing_folder(folder)
+    with orch.interruptible(), _lock(root):  # not while a run is writing the folder
+        environment = ResultsDir(root).read_plan().get("environment") or {}
+        return export(load(root), Path(out), environment if isinstance(environment, dict) else {},
+                      f"ampcert {__version__}")
 
 
 # --------------------------------------------------------------------------- signing

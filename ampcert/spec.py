@@ -130,6 +130,20 @@ class Torchrun(_Strict):
 # (MLPerf's "Research, Development, or Internal") anything else. A
 # benchmarking run of one's own machine is the last, hence the default.
 SubmissionStatus = Literal["available", "preview", "research"]
+# The values MLPerf training 6.1's common rules allow for lowest_numerical_precision_in_*.
+MlperfPrecision = Literal["fp64", "fp32", "tf32", "fp16", "bfloat16", "fp8", "mxfp6", "nvfp4", "mxfp4",
+                          "int8", "uint8", "int4", "uint4"]
+
+
+class DeclaredPrecision(_Strict):
+    """What a submitter claims its runs of one precision computed in (MLPerf's
+    lowest_numerical_precision_in_linear/attn/comm). ampcert logs what it
+    measures, whatever is declared; the ``precision_disclosure`` rule fails a
+    run whose measurement differs from a declared value."""
+
+    linear: MlperfPrecision | None = None
+    attn: MlperfPrecision | None = None
+    comm: MlperfPrecision | None = None
 
 
 class Submission(_Strict):
@@ -149,6 +163,8 @@ class Submission(_Strict):
     platform: str | None = Field(default=None, min_length=1)
     division: Literal["closed", "open"] = "open"
     status: SubmissionStatus = "research"
+    # Per ampcert precision (fp32, bf16, fp16): the disclosure the submitter declares.
+    lowest_precision: dict[Precision, DeclaredPrecision] = Field(default_factory=dict)
 
 
 class WorkloadEntry(_Strict):

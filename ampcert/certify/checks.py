@@ -334,6 +334,39 @@ def check_memory_ratio(rule: R.MemoryRatio, g: _Group) -> Verdict | None:
     return _ratio_check(rule, g, lambda r: r.peak_memory.value if r.peak_memory else None, "peak memory", False)
 
 
+def check_precision_disclosure(rule: R.PrecisionDisclosure, g: _Group) -> Verdict | None:
+    """Each run's measured lowest precision (result.json ``lowest_precision``)
+    against the suite's declaration for its precision, field by field."""
+    declared: dict[str, str] = {}
+    for r in g.all:
+        claim = r.spec.submission.lowest_precision.get(r.spec.precision)
+        if claim is not None:
+            declared = {k: v for k, v in claim.model_dump().items() if v is not None}
+            break
+    if not declared:
+        return None  # nothing declared for this precision: nothing to hold the runs to
+    mismatches, unmeasured = [], []
+    for r in g.all:
+        if r.lowest_precision is None:
+            unmeasured.append(r.run_id)
+            continue
+        for part, value in sorted(declared.items()):
+            observed = getattr(r.lowest_precision, part)
+            if observed != value:
+                mismatches.append({"run_id": r.run_id, "seed": r.spec.seed, "part": part,
+                                   "declared": value, "observed": observed})
+    shown = ", ".join(f"{k} {v}" for k, v in sorted(declared.items()))
+    if mismatches:
+        m = mismatches[0]
+        return _verdict(rule, g, "FAIL", f"{len(mismatches)} disclosure(s) differ from the declared {shown}, "
+                        f"e.g. seed {m['seed']}: {m['part']} declared {m['declared']}, measured {m['observed']}",
+                        declared=declared, mismatches=mismatches, unmeasured=unmeasured)
+    if unmeasured:
+        return _verdict(rule, g, "INCONCLUSIVE", f"{len(unmeasured)} run(s) recorded no measured precision "
+                        f"to hold to the declared {shown}", declared=declared, unmeasured=unmeasured)
+    return _verdict(rule, g, "PASS", f"every run measured the declared {shown}", declared=declared)
+
+
 CHECK_FUNCTIONS: dict[str, Callable[[Any, _Group], Verdict | None]] = {
     "accuracy_parity": check_accuracy_parity,
     "convergence": check_convergence,
@@ -344,6 +377,7 @@ CHECK_FUNCTIONS: dict[str, Callable[[Any, _Group], Verdict | None]] = {
     "nonfinite_loss": check_nonfinite_loss,
     "speedup": check_speedup,
     "memory_ratio": check_memory_ratio,
+    "precision_disclosure": check_precision_disclosure,
 }
 
 

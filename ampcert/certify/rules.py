@@ -135,12 +135,20 @@ class MemoryRatio(_Rule):
     threshold_field: ClassVar[str] = "max_ratio"
 
 
+class PrecisionDisclosure(_Rule):
+    """The suite's declared MLPerf precision disclosure (``submission.lowest_precision``)
+    against what each run measured; no verdict where nothing is declared."""
+
+    check: Literal["precision_disclosure"]
+
+
 Rule = Annotated[
-    AccuracyParity | Convergence | Determinism | SeedSpread | ScalerSkipRate | ScalerFloor | NonFiniteLoss | Speedup | MemoryRatio,
+    AccuracyParity | Convergence | Determinism | SeedSpread | ScalerSkipRate | ScalerFloor | NonFiniteLoss | Speedup
+    | MemoryRatio | PrecisionDisclosure,
     Field(discriminator="check"),
 ]
 CHECKS = ("accuracy_parity", "convergence", "determinism", "seed_spread", "scaler_skip_rate",
-          "scaler_floor", "nonfinite_loss", "speedup", "memory_ratio")
+          "scaler_floor", "nonfinite_loss", "speedup", "memory_ratio", "precision_disclosure")
 
 
 class RulePack(_Strict):

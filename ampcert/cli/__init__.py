@@ -178,6 +178,29 @@ def check(
         raise typer.Exit(1)
 
 
+export_app = typer.Typer(no_args_is_help=True, help="Write a results folder in another tool's layout.")
+app.add_typer(export_app, name="export")
+
+
+@export_app.command("mlperf")
+def export_mlperf(
+    folder: Path = typer.Argument(..., help="results folder"),
+    out: Path = typer.Argument(..., help="where to write the submission layout (created; may hold other exports)"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Lay a results folder out as an MLPerf training submission (<org>/results/<system>/<benchmark>/result_N.txt,
+    <org>/systems/<system>.json) and check it with MLPerf's own tools (common rules, system description checker,
+    result summarizer).
+
+    Exit 0 when MLPerf's checkers pass everything written, 1 when they reject a file (it is still written), 2 on bad
+    input."""
+    _setup_output(as_json)
+    done = session.export_mlperf(folder, out)
+    print_json(done.to_json()) if as_json else views.print_exported(console, done)
+    if not done.ok:
+        raise typer.Exit(1)
+
+
 @app.command("list")
 def list_cmd(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """Workloads, suites, precisions, and the shipped policies and rule packs (`ampcert show KIND NAME`)."""

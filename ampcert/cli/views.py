@@ -242,6 +242,29 @@ def print_violations(console: Console, checked) -> None:
             line(console, str(v))
 
 
+def print_exported(console: Console, done) -> None:
+    """One row per benchmark of each system: result files, MLPerf's score, and
+    what MLPerf's checkers rejected (file:line first, as print_violations)."""
+    for path, reasons in done.systems.items():
+        for reason in reasons:
+            line(console, f"{path}: {reason}")
+    for path, problems in done.log_problems.items():
+        for problem in problems:
+            line(console, f"{path}: {problem}")
+    scores = {(row.get("system_id"), b): row.get(b) for row in done.scores for b in row}
+    rows = [[org, system, bench, str(n), fmt(scores.get((system, bench)))]
+            for org, system, bench, n in done.benchmarks]
+    print_table(console, [Col("org"), Col("system"), Col("benchmark"), Col("results", "right"),
+                          Col("minutes", "right")], rows,
+                title=f"MLPerf training layout in {done.out}",
+                footnotes=["minutes: MLPerf's result summarizer, the olympic average of time-to-train "
+                           "(run_start to run_stop; the fastest and slowest run dropped, so 3 runs or more)"])
+    bad = len([r for r in done.systems.values() if r]) + len(done.log_problems)
+    line(console, f"{len(done.systems)} system description(s), "
+                  f"{sum(n for *_, n in done.benchmarks)} result file(s) written; "
+                  + ("MLPerf's checkers passed them all" if not bad else f"MLPerf's checkers rejected {bad} file(s)"))
+
+
 # --------------------------------------------------------------------------- compare, plan
 
 

@@ -1,0 +1,200 @@
+"""`ampcert export mlperf`: a results folder in MLPerf's submission layout,
+judged by MLPerf's own tools (mlperf-logging's common rules, system
+description checker, package checker and result summarizer)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import assert_one_line_error, run_cli, snapshot
+from factories import completed, plan
+
+from ampcert.certify.mlperf import check_system_description
+from ampcert.report.mlperf_export import NOT_RECORDED, system_description, system_id
+
+SUITE = """\
+name: export
+amp: ampcert
+device: cpu
+precisions: [fp32, bf16]
+seeds: [0, 1, 2]
+train: {steps: 4, eval_every: 2}
+unaccelerated: run
+submission: {org: Acme Labs, platform: Test Box 9000}
+workloads:
+  - workload: digits
+  - workload: overflow
+    precisions: [fp16]
+    seeds: [0]
+"""
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    """digits in fp32 and bf16 with three seeds each (MLPerf scores three or more),
+    and one fp16 run built to overflow: it fails before its first evaluation."""
+    folder = tmp_path_factory.mktemp("export")
+    (folder / "export.yaml").write_text(SUITE)
+    proc = run_cli("run", folder / "export.yaml", "--out", folder / "res", timeout=600)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # 1: the overflow run fails, by design
+    return folder / "res"
+
+
+@pytest.fixture(scope="module")
+def exported(results, tmp_path_factory) -> tuple[Path, dict, str]:
+    out = tmp_path_factory.mktemp("pkg") / "pkg"
+    proc = run_cli("export", "mlperf", results, out, "--json")
+    return out, json.loads(proc.stdout), str(proc.returncode)
+
+
+def _runs(results: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((results / "runs").glob("*/result.json"))]
+
+
+def test_the_layout_is_mlperfs_and_each_result_is_the_runs_log(results, exported):
+    out, data, _ = exported
+    org = out / "acme_labs"  # "Acme Labs" is no folder name; its submitter field keeps the spelling
+    systems = {"test_box_9000_torch_ampcert_fp32", "test_box_9000_torch_ampcert_bf16",
+               "test_box_9000_torch_ampcert_fp16"}
+    assert {p.stem for p in (org / "systems").glob("*.json")} == systems
+    assert {p.name for p in (org / "results").iterdir()} == systems
+    for run in _runs(results):
+        spec = run["spec"]
+        same = sorted((r for r in _runs(results) if (r["spec"]["label"], r["spec"]["precision"])
+                       == (spec["label"], spec["precision"])), key=lambda r: r["spec"]["seed"])
+        n = [r["run_id"] for r in same].index(run["run_id"])  # result_N: the N-th seed
+        written = org / "results" / f"test_box_9000_torch_ampcert_{spec['precision']}" / spec["label"] / f"result_{n}.txt"
+        assert written.read_bytes() == (results / "runs" / run["run_id"] / "run.mllog").read_bytes()
+    assert sorted((b["system"].rsplit("_", 1)[-1], b["benchmark"], b["results"]) for b in data["benchmarks"]) == [
+        ("bf16", "digits", 3), ("fp16", "overflow", 1), ("fp32", "digits", 3)]
+    desc = json.loads((org / "systems" / "test_box_9000_torch_ampcert_bf16.json").read_text())
+    assert desc["submitter"] == "Acme Labs" and desc["division"] == "open"
+    assert desc["status"] == "Research, Development, or Internal (RDI)"
+    assert desc["accelerators_per_node"] == "0" and desc["accelerator_model_name"] == "N/A"
+    assert desc["framework"].startswith("PyTorch ")
+    plan_env = json.loads((results / "plan.json").read_text())["environment"]
+    assert desc["host_processor_model_name"] == plan_env["cpu"]["model"]
+    assert desc["host_processor_vcpu_count"] == str(plan_env["cpu"]["logical_cores"])
+
+
+def test_mlperfs_checkers_pass_all_but_the_log_that_never_evaluated(exported):
+    out, data, code = exported
+    # The overflow run failed before its first evaluation; MLPerf's common rules
+    # rightly reject a log without eval_accuracy, so the export exits 1 and says which.
+    assert code == "1" and not data["ok"]
+    assert list(data["log_problems"]) == [
+        str(out / "acme_labs/results/test_box_9000_torch_ampcert_fp16/overflow/result_0.txt")]
+    assert any("eval_accuracy" in p for p in data["log_problems"][next(iter(data["log_problems"]))])
+    assert data["systems"] and not any(data["systems"].values())  # every system description passes
+
+
+def test_the_summarizers_scores_are_the_olympic_average_of_the_logs(exported):
+    out, data, _ = exported
+    for precision in ("fp32", "bf16"):
+        folder = out / f"acme_labs/results/test_box_9000_torch_ampcert_{precision}/digits"
+        minutes = []
+        for log in sorted(folder.glob("result_*.txt")):
+            times = {e["key"]: e["time_ms"] for e in
+                     (json.loads(line.split(" ", 1)[1]) for line in log.read_text().splitlines())}
+            minutes.append((times["run_stop"] - times["run_start"]) / 60000)
+        row = next(r for r in data["scores"] if r["system_id"] == folder.parent.name)
+        assert row["digits"] == pytest.approx(sorted(minutes)[1])  # three runs: the middle one
+        assert row["submitter"] == "Acme Labs"
+
+
+def test_mlperfs_package_checker_accepts_the_package_and_can_reject_it(exported, tmp_path):
+    out, _, _ = exported
+
+    def package_checker(org: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "mlperf_logging.package_checker", str(org), "training", "6.1.0"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+    proc = package_checker(out / "acme_labs")
+    assert "PACKAGE CHECKER FOUND NO ERRORS" in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    assert (proc.stdout + proc.stderr).count("System description checker passed") == 3
+    # Its result checks skip benchmarks it does not know (documented in docs/mlperf.md).
+    assert "Skipping benchmark: digits" in proc.stdout + proc.stderr
+    broken = tmp_path / "broken"
+    subprocess.run(["cp", "-r", str(out / "acme_labs"), str(broken)], check=True)
+    desc_file = broken / "systems/test_box_9000_torch_ampcert_fp32.json"
+    desc = json.loads(desc_file.read_text())
+    del desc["host_networking"]
+    desc["status"] = "research"
+    desc_file.write_text(json.dumps(desc))
+    assert check_system_description(desc_file)  # ours says why
+    proc = package_checker(broken)
+    assert "PACKAGE CHECKER FOUND ERRORS" in proc.stdout + proc.stderr
+
+
+def test_exporting_again_changes_nothing_and_a_clash_is_one_line(results, exported):
+    out, _, _ = exported
+    before = snapshot(out)
+    assert run_cli("export", "mlperf", results, out).returncode == 1  # same files, same verdicts
+    assert snapshot(out) == before
+    victim = next(out.rglob("result_1.txt"))
+    victim.write_text("edited by hand\n")
+    before = snapshot(out)
+    assert_one_line_error(run_cli("export", "mlperf", results, out), "already exists with other content")
+    assert snapshot(out) == before
+
+
+@pytest.mark.parametrize("make", ["missing", "not_results", "file_out"])
+def test_bad_input_is_one_line(results, tmp_path, make):
+    args = {"missing": (tmp_path / "nope", tmp_path / "o"),
+            "not_results": (tmp_path, tmp_path / "o"),
+            "file_out": (results, results / "plan.json")}[make]
+    before = snapshot(results)
+    assert_one_line_error(run_cli("export", "mlperf", *args))
+    assert snapshot(results) == before
+
+
+def _gpu_run(environment=None):
+    suite = {"name": "g", "device": "cuda", "precisions": ["bf16"], "seeds": [0], "launcher": "torchrun",
+             "torchrun": {"nnodes": 2, "nproc_per_node": 4},
+             "submission": {"org": "Acme", "platform": "DGX H100", "status": "available"},
+             "workloads": [{"workload": "gpt", "train": {"steps": 4}}]}
+    spec = plan(suite, device="cuda", capabilities=None)[0]
+    if environment is None:
+        environment = {"torch": "2.14.1", "device_name": "NVIDIA H100 80GB HBM3"}
+    return completed(spec, final_metric=1.0, environment=environment)
+
+
+GPU_ENV = {"python": "3.11.7", "platform": "Linux-6.8-x86_64",
+           "cpu": {"model": "Intel Xeon Platinum 8480C", "logical_cores": 224, "physical_cores": 112, "sockets": 2,
+                   "memory_bytes": 2 * 2**40},
+           "gpu": {"torch_cuda": "12.8", "driver": "570.86",
+                   "devices": [{"name": "NVIDIA H100 80GB HBM3", "memory_bytes": 80 * 2**30}] * 8},
+           "packages": {"torch": "2.14.1", "numpy": "2.3.0", "jax": None}}
+
+
+def test_a_gpu_systems_description_comes_from_its_fingerprint_and_passes(tmp_path):
+    r = _gpu_run()
+    desc = system_description(r, GPU_ENV, "ampcert 9.9")
+    assert system_id(r) == "dgx_h100_torch_native_bf16_2x4"
+    assert desc["number_of_nodes"] == "2" and desc["accelerators_per_node"] == "4"
+    assert desc["host_processors_per_node"] == "2" and desc["host_processor_core_count"] == "112"
+    assert desc["accelerator_model_name"] == "NVIDIA H100 80GB HBM3"
+    assert desc["accelerator_memory_capacity"] == "80 GB" and desc["host_memory_capacity"] == "2048 GB"
+    assert desc["framework"] == "PyTorch 2.14.1" and desc["status"] == "Available on-premise"
+    assert "CUDA 12.8" in desc["other_software_stack"] and "driver 570.86" in desc["other_software_stack"]
+    assert all(desc[k] == "" for k in NOT_RECORDED)  # not recorded: empty, and named in hw_notes
+    assert all(k in desc["hw_notes"] for k in NOT_RECORDED)
+    assert all(isinstance(v, str) for v in desc.values())
+    path = tmp_path / "sys.json"
+    path.write_text(json.dumps(desc))
+    assert check_system_description(path) == []
+
+
+def test_a_fingerprint_of_the_wrong_shape_counts_as_not_recorded(tmp_path):
+    """plan.json may come from elsewhere: odd types give empty fields, not a traceback."""
+    desc = system_description(_gpu_run(environment={}), {"cpu": "x", "gpu": {"devices": "y"}, "packages": [1]},
+                              "ampcert 9.9")
+    assert desc["host_processor_model_name"] == "" and desc["accelerator_model_name"] == ""
+    assert "host_processors_per_node taken as 1" in desc["hw_notes"]
+    path = tmp_path / "sys.json"
+    path.write_text(json.dumps(desc))
+    assert check_system_description(path) == []
