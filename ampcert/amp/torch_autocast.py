@@ -66,6 +66,7 @@ from .torch_ops import (
     known_op_names,
     op_callables,
     op_in_torch,
+    public_callables,
     torch_version,
 )
 
@@ -163,11 +164,19 @@ class _Globals(dict):
 
 
 _CLONES: dict[Any, Callable | None] = {}
+_TRACED_CLONES: dict[Any, Callable | None] = {}
 
 
-def _reentrant_clone(func: Any) -> Callable | None:
+def _reentrant_clone(func: Any, traced: bool = False) -> Callable | None:
+    """``func`` with its ``has_torch_function*`` checks answering False, or None.
+
+    Eagerly the clone reads the module's globals live (a dict subclass that
+    falls back to them); ``traced`` (under torch.compile, whose tracer resolves
+    globals only from a plain dict) it gets a plain copy of them, taken once:
+    torch's modules are fully imported by the time any op runs."""
+    clones = _TRACED_CLONES if traced else _CLONES
     try:
-        return _CLONES[func]
+        return clones[func]
     except KeyError:
         pass
     clone = None
@@ -177,16 +186,20 @@ def _reentrant_clone(func: Any) -> Callable | None:
         code is not None
         and (module == "torch" or module.startswith("torch."))
         and not module.startswith(_NO_REENTER_MODULES)
+        # Traced, Tensor's Python methods stay whole: their bodies forward to
+        # torch._VF builtins (Tensor.split -> _VF.split), which torch.compile's
+        # tracer cannot call; whole, it records them as the Tensor method.
+        and not (traced and module == "torch._tensor")
         and func.__name__ not in _NO_REENTER
         and any(func.__globals__.get(n) is getattr(torch.overrides, n) for n in _HTF_NAMES if n in code.co_names)
     ):
         base = func.__globals__
         overrides = {n: _never for n in _HTF_NAMES}
         overrides["__builtins__"] = base.get("__builtins__", __builtins__)
-        clone = types.FunctionType(code, _Globals(base, overrides), func.__name__,
-                                   func.__defaults__, func.__closure__)
+        scope = {**base, **overrides} if traced else _Globals(base, overrides)
+        clone = types.FunctionType(code, scope, func.__name__, func.__defaults__, func.__closure__)
         clone.__kwdefaults__ = func.__kwdefaults__
-    _CLONES[func] = clone
+    clones[func] = clone
     return clone
 
 
@@ -205,6 +218,20 @@ class _Region:
         self.mixed = policy.uncast_if_mixed
         self.enabled = enabled
         self.cache_enabled = cache_enabled
+
+
+_REGIONS: dict[tuple, _Region] = {}
+
+
+def _region(device_type: str, dtype: torch.dtype, policy: OpPolicy, enabled: bool, cache_enabled: bool) -> _Region:
+    """One region object per setting, reused by every entry: torch.compile guards
+    on the objects its trace read, so a fresh one per step would recompile
+    every step. (A region holds its policy, so the policy's id stays its own.)"""
+    key = (device_type, dtype, id(policy), enabled, cache_enabled)
+    region = _REGIONS.get(key)
+    if region is None:
+        region = _REGIONS[key] = _Region(device_type, dtype, policy, enabled, cache_enabled)
+    return region
 
 
 class _State(threading.local):
@@ -293,7 +320,8 @@ def _cast(t: torch.Tensor, to: torch.dtype, region: _Region, st: _State) -> torc
         out = t.to(to)
         st.cache[key] = (weakref.ref(t), t._version, grad_now, out)
         return out
-    st.casts += 1
+    if not _compiling():  # a counter in the traced region would be a guard that fails every step
+        st.casts += 1
     return t.to(to)
 
 
@@ -347,12 +375,17 @@ class _AmpcertMode(TorchFunctionMode):
         if not active:
             return func(*args, **kwargs)
 
-        try:
-            name = _NAME_CACHE[func]
-        except KeyError:
-            name = canonical_op_name(func)
-        except TypeError:
-            name = canonical_op_name(func)
+        # Traced: the snapshot taken by _prepare_tracing, which nothing changes
+        # afterwards (the tracer guards on a dict it reads; a growing one would
+        # recompile the step whenever an eager op adds a name).
+        if _compiling():
+            try:  # (subscripting is what the tracer can do with a callable key; `in` it cannot)
+                name = _TRACE_NAMES[func]
+            except KeyError:
+                name = canonical_op_name(func)
+        else:
+            entry = _NAME_CACHE.get(id(func))
+            name = entry[1] if entry is not None and entry[0] is func else canonical_op_name(func)
 
         family = None
         region = None
@@ -369,7 +402,7 @@ class _AmpcertMode(TorchFunctionMode):
 
         if family is None or kwargs.get("out") is not None:
             if type(func) is types_FunctionType:
-                clone = _reentrant_clone(func)
+                clone = _reentrant_clone(func, _compiling())
                 if clone is not None:
                     st.pending = func
                     try:
@@ -415,6 +448,36 @@ class _AmpcertMode(TorchFunctionMode):
 
 types_FunctionType = types.FunctionType
 _MODE = _AmpcertMode()
+_TRACEABLE = False
+_TRACE_NAMES: dict[Any, str | None] = {}
+
+
+def _prepare_tracing(policy: OpPolicy) -> None:
+    """Make every per-callable decision ahead of torch.compile's tracer, once.
+
+    Dynamo traces ``__torch_function__`` as plain Python, and the two caches it
+    reads (callable -> op name, callable -> re-entrant clone) are filled from
+    attributes of the callable (``__name__``, ``__module__``, ``__code__``) that
+    the tracer cannot read as constants: a miss inside a compiled region is a
+    graph break. Filling both for every public torch callable takes ~50 ms on
+    first entry to a region, and makes a cold compile trace without breaks."""
+    global _TRACEABLE, _TRACE_NAMES
+    if _TRACEABLE:
+        return
+    names: dict[Any, str | None] = {}
+    for func in public_callables():
+        name = canonical_op_name(func)
+        if type(func) is types_FunctionType:
+            _reentrant_clone(func, True)
+        try:
+            # The tracer looks callables up by equality, and a few distinct builtins
+            # compare equal (torch.mm == torch.dsmm): the name a policy knows wins.
+            if func not in names or (name in policy.ops and names[func] not in policy.ops):
+                names[func] = name
+        except TypeError:  # unhashable: looked up by identity only
+            continue
+    _TRACE_NAMES = names
+    _TRACEABLE = True
 
 
 # ---------------------------------------------------------------------------
@@ -467,8 +530,10 @@ class autocast:
 
     def __enter__(self) -> autocast:
         st = _STATE
-        region = _Region(self.device_type, self.fast_dtype, self.policy, self.enabled, self.cache_enabled)
+        region = _region(self.device_type, self.fast_dtype, self.policy, self.enabled, self.cache_enabled)
         outermost = not st.stack
+        if outermost and not _TRACEABLE:
+            _prepare_tracing(self.policy)
         st.stack.append(region)
         st.refresh()
         if outermost:

@@ -19,6 +19,7 @@ import functools
 import itertools
 import threading
 import types
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -95,8 +96,12 @@ def _namespaces() -> list[tuple[str, Any]]:
     ]
 
 
-#: callable -> op name (or None): read directly by the autocast engine's hot path.
-_NAME_CACHE: dict[Any, str | None] = {}
+#: id(callable) -> (callable, op name or None): read directly by the autocast engine's
+#: hot path. Keyed by identity, not equality: distinct torch builtins can compare
+#: equal (torch.mm == torch.dsmm, torch.hspmm == torch.hsmm), and a dict keyed by
+#: the callable would give one the other's name. The entry holds the callable, so
+#: its id cannot be reused while the entry exists.
+_NAME_CACHE: dict[int, tuple[Any, str | None]] = {}
 _REGISTRY: dict[str, tuple[str, ...]] | None = None
 _REGISTRY_LOCK = threading.Lock()
 
@@ -116,6 +121,29 @@ def _canon(name: str, base_names: frozenset[str] | set[str]) -> str:
     return name
 
 
+def _public_callables() -> Iterator[tuple[str, str, Any]]:
+    """(namespace, attribute, callable) of every torch callable an op name can come from."""
+    for qual_ns, ns in _namespaces():
+        for attr in dir(ns):
+            if attr.startswith("__") and attr not in _ALIASES:
+                continue
+            try:
+                obj = getattr(ns, attr)
+            except Exception:  # pragma: no cover - lazy attributes that fail
+                continue
+            if isinstance(obj, type) or not callable(obj):
+                continue
+            if not isinstance(obj, (types.BuiltinFunctionType, types.FunctionType,
+                                    types.MethodDescriptorType, types.WrapperDescriptorType)):
+                continue
+            yield qual_ns, attr, obj
+
+
+def public_callables() -> Iterator[Any]:
+    """Every torch callable :func:`canonical_op_name` may be asked about (the registry's)."""
+    return (obj for _, _, obj in _public_callables())
+
+
 def _registry() -> dict[str, tuple[str, ...]]:
     """canonical op name -> qualified names of the public callables mapping to it."""
     global _REGISTRY
@@ -125,21 +153,8 @@ def _registry() -> dict[str, tuple[str, ...]]:
         if _REGISTRY is not None:
             return _REGISTRY
         found: dict[str, str] = {}  # raw name -> first qualname
-        for qual_ns, ns in _namespaces():
-            for attr in dir(ns):
-                if attr.startswith("__") and attr not in _ALIASES:
-                    continue
-                try:
-                    obj = getattr(ns, attr)
-                except Exception:  # pragma: no cover - lazy attributes that fail
-                    continue
-                if isinstance(obj, type) or not callable(obj):
-                    continue
-                if not isinstance(obj, (types.BuiltinFunctionType, types.FunctionType,
-                                        types.MethodDescriptorType, types.WrapperDescriptorType)):
-                    continue
-                raw = _raw_name(obj) or attr
-                found.setdefault(raw, f"{qual_ns}.{attr}")
+        for qual_ns, attr, obj in _public_callables():
+            found.setdefault(_raw_name(obj) or attr, f"{qual_ns}.{attr}")
         raw_names = set(found)
         reg: dict[str, list[str]] = {}
         for raw, qual in found.items():
@@ -163,14 +178,10 @@ def op_callables(op: str) -> tuple[str, ...]:
 
 def canonical_op_name(func: Any) -> str | None:
     """The policy op name ``func`` maps to (before argument-dependent resolution)."""
-    try:
-        return _NAME_CACHE[func]
-    except KeyError:
-        pass
-    except TypeError:  # unhashable callable
-        raw = _raw_name(func)
-        return None if raw is None else _canon(raw, known_op_names())
+    entry = _NAME_CACHE.get(id(func))
+    if entry is not None and entry[0] is func:
+        return entry[1]
     raw = _raw_name(func)
     name = None if raw is None or raw == "__get__" else _canon(raw, known_op_names())
-    _NAME_CACHE[func] = name
+    _NAME_CACHE[id(func)] = (func, name)
     return name

@@ -137,7 +137,7 @@ def _amp_definitely_not_available() -> bool:
     return not (torch.cuda.is_available() or importlib.util.find_spec("torch_xla"))
 
 
-class DynamicLossScaler:
+class DynamicLossScaler(torch.amp.GradScaler):
     """Drop-in replacement for ``torch.amp.GradScaler`` with a bounded, sync-free scale.
 
     Usage is identical to ``GradScaler``::
@@ -152,6 +152,13 @@ class DynamicLossScaler:
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             scaler.step(optimizer)             # unscale (if needed), step or skip
             scaler.update()                    # back off / grow the scale
+
+    It is a ``GradScaler`` subclass, so code that checks ``isinstance(scaler,
+    torch.amp.GradScaler)`` (Lightning-style loops, Trainer-style helpers) takes
+    it. Every method, ``GradScaler``'s private ``_maybe_opt_step`` hook included,
+    is this class's own: bounds and the sync-free step hold whichever is called.
+    ``GradScaler.__init__`` is not run; the state it would make is made here,
+    under the same names.
 
     Args:
         device: device *type* of the scale tensor (``"cuda"``, ``"cpu"``, ...).  As with
@@ -470,14 +477,19 @@ class DynamicLossScaler:
         if len(optimizer_state["found_inf_per_device"]) == 0:
             raise AssertionError("No inf checks were recorded for this optimizer.")
 
+        retval = self._maybe_opt_step(optimizer, optimizer_state, *args, **kwargs)
+        optimizer_state["stage"] = OptState.STEPPED
+        return retval
+
+    def _maybe_opt_step(self, optimizer: torch.optim.Optimizer, optimizer_state: dict[str, Any],
+                        *args: Any, **kwargs: Any) -> Any:
+        """GradScaler's hook between the inf check and the step (some training
+        libraries call it directly): the masked step when sync-free, else GradScaler's."""
         found_inf_per_device = optimizer_state["found_inf_per_device"]
         if self._sync_free:
             scale = cast(torch.Tensor, self._scale)
-            retval = masked_step(optimizer, found_inf_per_device, scale.device, self._snapshots, *args, **kwargs)
-        else:
-            retval = syncing_step(optimizer, found_inf_per_device, *args, **kwargs)
-        optimizer_state["stage"] = OptState.STEPPED
-        return retval
+            return masked_step(optimizer, found_inf_per_device, scale.device, self._snapshots, *args, **kwargs)
+        return syncing_step(optimizer, found_inf_per_device, *args, **kwargs)
 
     # ------------------------------------------------------------------ update
     def update(self, new_scale: float | torch.Tensor | None = None) -> None:

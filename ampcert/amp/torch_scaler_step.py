@@ -178,6 +178,13 @@ def masked_step(
                     elif p in state:
                         del state[p]
                 retval = None
+            else:
+                # The state keeps its new structure: size the snapshot buffers for it now,
+                # so the next step (traced, under torch.compile) finds them made and does
+                # not make them, or recompile once they exist.
+                grown = list(params) + [v for p in params for v in (state[p].values() if p in state else ())
+                                        if isinstance(v, torch.Tensor)]
+                snapshot_buffers(cache, optimizer, grown)
             return retval
 
         skip = found_inf.ne(0)

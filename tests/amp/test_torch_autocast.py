@@ -402,3 +402,13 @@ def test_custom_policy_changes_decisions(tmp_path):
     assert base == (FP32, BF16, BF16)
     assert custom == (BF16, FP32, FP32)
     assert by_path == BF16
+
+
+def test_builtins_that_compare_equal_keep_their_own_names():
+    """torch.mm == torch.dsmm (and hspmm == hsmm): a name cache keyed by equality
+    gave whichever was seen first's name to both, and torch.mm then ran in fp32."""
+    assert torch.dsmm == torch.mm and torch.dsmm is not torch.mm
+    assert canonical_op_name(torch.dsmm) == "dsmm"
+    assert canonical_op_name(torch.mm) == "mm"
+    with autocast("cpu", dtype=BF16):
+        assert torch.mm(torch.randn(4, 4), torch.randn(4, 4)).dtype is BF16

@@ -580,3 +580,24 @@ def test_default_sync_mode_follows_device():
         with pytest.warns(UserWarning, match="CUDA is not available"):
             disabled = DynamicLossScaler("cuda")
         assert disabled.is_sync_free() and not disabled.is_enabled()
+
+
+def test_it_stands_where_a_gradscaler_is_expected():
+    """Training libraries check isinstance(scaler, GradScaler); the hooks they may
+    call directly keep the bounds and the sync-free step."""
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = DynamicLossScaler("cpu", init_scale=4.0, min_scale=2.0, sync_free=True)
+    assert isinstance(scaler, torch.amp.GradScaler)
+    for grad in (1.0, float("inf"), float("inf")):
+        scaler.scale(model(torch.ones(1, 4)).sum()).backward()
+        model.weight.grad.fill_(grad)
+        before = model.weight.detach().clone()
+        scaler.unscale_(opt)
+        state = scaler._per_optimizer_states[id(opt)]
+        scaler._maybe_opt_step(opt, state)  # GradScaler's hook, as a library would call it
+        state["stage"] = torch.amp.grad_scaler.OptState.STEPPED
+        scaler.update()
+        opt.zero_grad()
+        assert torch.equal(model.weight, before) == (grad == float("inf"))  # the overflow step undone
+    assert scaler.get_scale() == 2.0  # backed off twice from 4, held at the floor

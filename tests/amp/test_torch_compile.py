@@ -1,0 +1,165 @@
+"""ampcert's torch autocast under torch.compile: every shipped torch workload's
+forward and loss trace into one graph with no graph break and no recompile
+from step to step, compute the same dtypes as eagerly, and the counters that
+say so can fail.
+
+Counted through torch._dynamo's own counters (``graph_break``, ``stats``),
+with the ``eager`` backend: Dynamo's tracing is what is under test, not
+Inductor's code generation, and the eager backend keeps these tests fast.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+from ampcert.amp import torch_autocast, torch_scaler_step
+from ampcert.amp.torch_autocast import autocast
+from ampcert.amp.torch_scaler import DynamicLossScaler
+from ampcert.workloads import registry
+
+WORKLOADS = {
+    "digits": {},
+    "resnet": {"size": "tiny"},
+    "gpt": {"size": "tiny", "max_bytes": 20000, "eval_windows": 4},
+}
+
+
+def _task(name: str):
+    workload = registry.get(name)
+    task = workload.build(workload.Params.model_validate(WORKLOADS[name]), 0, "cpu")
+    n = min(task.batch_size, 8)
+    return task, task.train_x[:n], task.train_y[:n]
+
+
+def _compiled_steps(task, x, y, steps: int = 3, dtype=torch.bfloat16):
+    """``steps`` compiled forward+loss calls, each in its own autocast region (as a
+    training loop enters one per step), and the backward of each."""
+    torch._dynamo.reset()
+    counters.clear()
+
+    def forward_loss(x, y):
+        out = task.model(x)
+        return task.loss_fn(out, y), out
+
+    compiled = torch.compile(forward_loss, backend="eager")
+    results = []
+    for _ in range(steps):
+        with autocast("cpu", dtype=dtype):
+            loss, out = compiled(x, y)
+        loss.backward()
+        results.append((loss.detach(), out.detach()))
+    return results
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_one_graph_no_break_no_recompile(name):
+    task, x, y = _task(name)
+    compiled = _compiled_steps(task, x, y)
+    breaks = dict(counters["graph_break"])
+    assert breaks == {}, list(breaks)[:3]
+    assert counters["stats"]["unique_graphs"] == 1  # 3 steps, 3 regions: one graph, compiled once
+    assert counters["frames"]["ok"] == counters["frames"]["total"] == 1
+    task.model.zero_grad(set_to_none=True)
+    with autocast("cpu", dtype=torch.bfloat16):
+        out = task.model(x)
+        loss = task.loss_fn(out, y)
+    # The same casts as eagerly: same output and loss dtypes, same values up to bf16 rounding.
+    assert (compiled[0][1].dtype, compiled[0][0].dtype) == (out.dtype, loss.dtype) == (torch.bfloat16, torch.float32)
+    torch.testing.assert_close(compiled[0][0], loss.detach(), rtol=2e-2, atol=2e-2)
+
+
+def test_the_counters_can_fail(monkeypatch):
+    """Without the per-callable decisions made ahead of the tracer, the trace
+    must call code it cannot trace: the same counters report the breaks."""
+    task, x, y = _task("digits")
+    monkeypatch.setattr(torch_autocast, "_TRACE_NAMES", {})
+    monkeypatch.setattr(torch_autocast, "_TRACED_CLONES", {})
+    _compiled_steps(task, x, y, steps=1)
+    assert sum(counters["graph_break"].values()) > 0
+
+
+def test_the_eager_paths_inside_a_trace_would_recompile_every_step(monkeypatch):
+    """What the engine does differently under compile is what keeps one graph:
+    taking its eager paths inside the trace (the weight-cast cache keyed by id(),
+    the cast counter, the growing name cache) recompiles or breaks."""
+    task, x, y = _task("digits")
+    monkeypatch.setattr(torch_autocast, "_compiling", lambda: False)
+    _compiled_steps(task, x, y, steps=3)
+    assert counters["stats"]["unique_graphs"] > 1 or sum(counters["graph_break"].values()) > 0
+
+
+# --------------------------------------------------------------------------- the loss scaler
+
+
+def own_graph_breaks() -> list[str]:
+    """Graph breaks other than torch.optim's deliberate ones (Optimizer.step's
+    ``_use_grad`` wrapper calls ``torch._dynamo.graph_break()`` before and after
+    the step, so that AOTAutograd sees a no-grad graph; any compiled
+    optimizer step has them, with or without a scaler)."""
+    return [reason.splitlines()[0] for reason in counters["graph_break"]
+            if "torch._dynamo.graph_break()" not in reason]
+
+
+def _train(compiled: bool, make_optimizer, steps: int = 6, overflow_at: int = 3):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    opt = make_optimizer(model.parameters())
+    scaler = DynamicLossScaler("cpu", init_scale=2.0**10, growth_interval=2, sync_free=True)
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+
+    def update():
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+
+    torch._dynamo.reset()
+    counters.clear()
+    run = torch.compile(update, backend="eager") if compiled else update
+    graphs = []
+    for step in range(steps):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        if step == overflow_at:
+            next(model.parameters()).grad.view(-1)[0] = float("inf")
+        # The first step runs eagerly, as ampcert's training loop runs it: it creates the
+        # optimizer's state, which needs one host decision (torch_scaler_step's module doc).
+        (update if step == 0 else run)()
+        graphs.append(counters["stats"]["unique_graphs"])
+    return model, scaler, graphs
+
+
+OPTIMIZERS = {
+    "sgd-momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+    "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3),
+}
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_the_sync_free_scaler_compiles_without_breaks_or_recompiles_of_its_own(optimizer):
+    model, scaler, graphs = _train(True, OPTIMIZERS[optimizer])
+    assert own_graph_breaks() == []
+    assert graphs[1] > 0 and graphs[-1] == graphs[1]  # traced at the first compiled step, never again
+    eager_model, eager_scaler, _ = _train(False, OPTIMIZERS[optimizer])
+    # Compiled, the step is the same computation: the overflow step undone, the same scale trajectory.
+    assert scaler.trajectory() == eager_scaler.trajectory()
+    assert scaler.trajectory()["skipped_steps"] == [3]
+    # (to rounding: compiled, torch.optim takes its tensor-step code path, e.g. AdamW's bias correction)
+    for p, q in zip(model.parameters(), eager_model.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-7)
+
+
+def test_a_host_sync_put_back_into_the_scaler_is_a_graph_break(monkeypatch):
+    combine = torch_scaler_step.combined_found_inf
+
+    def with_item(found_inf_per_device, device):
+        total = combine(found_inf_per_device, device)
+        if total.item():  # GradScaler's question to the host, back in the step
+            pass
+        return total
+
+    monkeypatch.setattr(torch_scaler_step, "combined_found_inf", with_item)
+    _train(True, OPTIMIZERS["sgd-momentum"])
+    assert any("item()" in reason for reason in own_graph_breaks()), own_graph_breaks()
