@@ -69,6 +69,8 @@ from .torch_ops import (
     public_callables,
     torch_version,
 )
+from .torch_rnn import RNN_OPS
+from .torch_rnn import decompose as decompose_rnn
 
 __all__ = [
     "OP_TORCH_VERSIONS",
@@ -400,6 +402,12 @@ class _AmpcertMode(TorchFunctionMode):
                         name = specific
                 family = ops.get(name)
 
+        if family is None and name in RNN_OPS and region is not None and region.device_type == "cpu":
+            # An ATen composite native autocast decides op by op (torch_rnn's module doc).
+            with self:
+                decomposed = decompose_rnn(name, args, kwargs)
+            if decomposed is not None:
+                return decomposed
         if family is None or kwargs.get("out") is not None:
             if type(func) is types_FunctionType:
                 clone = _reentrant_clone(func, _compiling())

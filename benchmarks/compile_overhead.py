@@ -1,0 +1,163 @@
+"""Compiled training steps under ampcert's autocast against torch.autocast, measured on this machine.
+
+What is measured (one process, one interleaved run, bf16):
+
+For (a) the digits CNN (``DigitsCNN(16, 64)``, batch 64 of the real digits
+data) and (b) a pre-LN transformer block (the one of ``amp_overhead.py``), a
+training step is ``zero_grad``; inside the autocast region (entered around
+the call, the way a compiled region is used) the forward and the loss;
+``backward``; SGD-momentum ``step``. Four variants see the same batches from
+deepcopies of one seeded model: eager and ``torch.compile``d forward+loss
+(AOTAutograd compiles its backward too), each under ``torch.autocast`` and
+under ``ampcert.amp.autocast``. Reported per model:
+
+- compiled ampcert / compiled native (goal <= 1.00: ampcert's region compiles
+  into the same one graph native's does, so it should cost nothing);
+- compiled / eager for each engine (the speed-up compiling buys);
+- graph breaks and graphs per compiled variant, from torch._dynamo's counters.
+
+Method as in ``amp_overhead.py``: after a warm-up (compilation included and
+timed separately), R rounds run the variants back to back, the order rotating
+every round, each timing K steps; median ms/step, ratio of medians with a
+95% bootstrap interval over paired rounds. The script always exits 0.
+
+Run: ``python benchmarks/compile_overhead.py`` (``--quick`` for a short run,
+``--backend aot_eager`` where no C compiler is available for Inductor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import itertools
+import json
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+_HERE = Path(__file__).resolve().parent
+for _p in (_HERE.parent, _HERE):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+import torch  # noqa: E402
+import torch._dynamo  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from amp_overhead import PreLNBlock, comparison, digits_batches, format_table, interleaved  # noqa: E402
+from torch._dynamo.utils import counters  # noqa: E402
+
+from ampcert.amp import autocast as amp_autocast  # noqa: E402
+from ampcert.envinfo import cpu_info, load_average  # noqa: E402
+from ampcert.workloads.digits import DigitsCNN, load_digits_tensors  # noqa: E402
+
+DTYPE = torch.bfloat16
+COMPILED_GOAL = 1.00
+
+
+def make_step(model: torch.nn.Module, batches: list, loss_fn: Callable, region: Any,
+              compile_backend: str | None) -> tuple[Callable[[], None], dict[str, Any]]:
+    """A training step over ``batches``; ``region`` is entered around the (compiled) forward+loss."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    it = itertools.cycle(batches)
+
+    def forward_loss(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        return loss_fn(model(xb), yb)
+
+    info: dict[str, Any] = {}
+    fwd = forward_loss
+    if compile_backend is not None:
+        torch._dynamo.reset()
+        counters.clear()
+        fwd = torch.compile(forward_loss, backend=compile_backend)
+        xb, yb = batches[0]
+        t0 = time.perf_counter()
+        with region:
+            fwd(xb, yb).backward()
+        info["compile_s"] = time.perf_counter() - t0
+        model.zero_grad(set_to_none=True)
+
+    def step() -> None:
+        xb, yb = next(it)
+        opt.zero_grad(set_to_none=True)
+        with region:
+            loss = fwd(xb, yb)
+        loss.backward()
+        opt.step()
+
+    if compile_backend is not None:
+        for _ in range(3):  # steps after the first: a recompile would show here
+            step()
+        info["graph_breaks"] = sum(counters["graph_break"].values())
+        info["graphs"] = counters["stats"]["unique_graphs"]
+    return step, info
+
+
+def run_model(title: str, model: torch.nn.Module, batches: list, loss_fn: Callable, backend: str,
+              rounds: int, steps: int, budget: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    regions = {"native": torch.autocast("cpu", dtype=DTYPE), "ampcert": amp_autocast("cpu", DTYPE)}
+    variants: dict[str, Callable[[], None]] = {}
+    compiled: dict[str, Any] = {}
+    for engine, region in regions.items():
+        for mode in ("eager", "compiled"):
+            step, info = make_step(copy.deepcopy(model), batches, loss_fn, region,
+                                   backend if mode == "compiled" else None)
+            variants[f"{engine} {mode}"] = step
+            if info:
+                compiled[engine] = info
+    per = interleaved(variants, rounds=rounds, steps=steps, warmup=2, budget_s=budget)
+    comps = {
+        "compiled": comparison(f"{title}: compiled step, {backend}", "native compiled",
+                               {k: per[k] for k in ("native compiled", "ampcert compiled")},
+                               {"ampcert compiled": COMPILED_GOAL}),
+        "native_speedup": comparison(f"{title}: native, compiled vs eager", "native eager",
+                                     {k: per[k] for k in ("native eager", "native compiled")}, {}),
+        "ampcert_speedup": comparison(f"{title}: ampcert, compiled vs eager", "ampcert eager",
+                                      {k: per[k] for k in ("ampcert eager", "ampcert compiled")}, {}),
+    }
+    return comps, compiled
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="fewer rounds")
+    p.add_argument("--backend", default="inductor", help="torch.compile backend (default inductor)")
+    p.add_argument("--rounds", type=int, help="interleaved rounds per model (default 15, quick 6)")
+    p.add_argument("--json", type=Path, help="write all figures to this JSON file")
+    args = p.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    rounds = args.rounds or (6 if args.quick else 15)
+    budget = 20.0 if args.quick else 90.0
+    print("$ python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]))
+    print(f"torch {torch.__version__} | CPU: {cpu_info()['model']} ({cpu_info()['logical_cores']} logical) | "
+          f"torch threads: {torch.get_num_threads()} | load average: {load_average()}")
+    torch.manual_seed(0)
+    x, y = load_digits_tensors()
+    results: dict[str, Any] = {"backend": args.backend}
+    cnn_batches = digits_batches(x.float(), y, 64, 16)
+    comps, compiled = run_model("digits CNN (batch 64)", DigitsCNN(16, 64), cnn_batches, F.cross_entropy,
+                                args.backend, rounds, 8, budget)
+    results["cnn"] = {"comparisons": comps, "compiled": compiled}
+    d, heads, seq, batch = 64, 4, 64, 8
+    block = PreLNBlock(d, heads)
+    tf_batches = [(torch.randn(batch, seq, d), torch.randn(batch, seq, d)) for _ in range(8)]
+    comps_tf, compiled_tf = run_model(f"pre-LN block d={d} heads={heads} seq={seq} batch={batch}", block,
+                                      tf_batches, F.mse_loss, args.backend, rounds, 4, budget)
+    results["block"] = {"comparisons": comps_tf, "compiled": compiled_tf}
+    for key in ("cnn", "block"):
+        for engine, info in results[key]["compiled"].items():
+            print(f"{key} {engine} compiled: first call (compile) {info['compile_s']:.1f} s, "
+                  f"graph breaks {info['graph_breaks']}, graphs {info['graphs']}")
+        for comp in results[key]["comparisons"].values():
+            print()
+            print(format_table(comp))
+    print(f"\nload average at end: {load_average()}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
