@@ -120,6 +120,24 @@ class LowestPrecision(_Model):
     detail: dict[str, Any] = Field(default_factory=dict, description="per category: observed, ops seen, or the reason none were")
 
 
+class CompileStats(_Model):
+    """What torch.compile did with a ``compile: true`` run's training step
+    (forward and loss; their backward through AOTAutograd), from
+    torch._dynamo's counters."""
+
+    mode: str
+    backend: str
+    compiled: bool = Field(description="whether the steps after the first ran compiled; false: "
+                           "compilation failed and the suite's `fallback: eager` let it go on eagerly")
+    fallback_reason: str | None = Field(default=None, description="why compilation failed, one line")
+    compile_s: float | None = Field(default=None, description="the first compiled step's wall time "
+                                    "(tracing and compiling, forward and backward) less the median step")
+    graph_breaks: int | None = None
+    break_reasons: list[str] = Field(default_factory=list, description="the first line of each distinct break reason")
+    graphs: int | None = Field(default=None, description="graphs Dynamo compiled")
+    recompiles: int | None = Field(default=None, description="frames Dynamo compiled after the first compiled step")
+
+
 class RunResult(_Model):
     schema_version: int = SCHEMA_VERSION
     run_id: str
@@ -169,6 +187,9 @@ class RunResult(_Model):
     lowest_precision: LowestPrecision | None = Field(
         default=None, exclude_if=lambda v: v is None,
         description="the precision the run measurably computed in (MLPerf's lowest_numerical_precision_in_*)")
+    compile_stats: CompileStats | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="torch.compile's graph breaks, graphs, recompiles and compile time (compile: true runs)")
     accelerated: bool = True
     capability_note: str = ""
     amp_policy: dict[str, Any] | None = Field(default=None, description="the autocast policy: name and sha256")

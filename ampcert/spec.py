@@ -167,6 +167,22 @@ class Submission(_Strict):
     lowest_precision: dict[Precision, DeclaredPrecision] = Field(default_factory=dict)
 
 
+class TorchCompile(_Strict):
+    """How ``compile: true`` runs compile the training step (torch backend):
+    the model's forward and the loss go through ``torch.compile`` (AOTAutograd
+    compiles their backward); the first step runs eagerly (the precision probe
+    watches it), the second compiles. ``fallback: eager`` lets a run whose
+    compilation fails go on eagerly, its result saying so and why; by default
+    (``fail``) such a run fails with the reason."""
+
+    mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default"
+    backend: Literal["inductor", "aot_eager", "eager"] = "inductor"
+    fallback: Literal["fail", "eager"] = "fail"
+
+
+COMPILED_SUFFIX = "-compiled"
+
+
 class WorkloadEntry(_Strict):
     workload: str = Field(min_length=1)
     id: str | None = Field(default=None, pattern=ID_PATTERN, max_length=MAX_ID_LEN)
@@ -181,6 +197,8 @@ class WorkloadEntry(_Strict):
     # Override the suite's launcher (and its torchrun settings) for this entry.
     launcher: Launcher | None = None
     torchrun: Torchrun | None = None
+    # Override the suite's compile axis for this entry.
+    compile: list[bool] | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _label_names_a_file(self) -> WorkloadEntry:
@@ -222,17 +240,27 @@ class Suite(_Strict):
     torchrun: Torchrun | None = None
     # MLPerf submission fields for each run's log (see Submission).
     submission: Submission = Field(default_factory=Submission)
+    # `[false, true]`: every entry also runs with its training step compiled
+    # (torch.compile), as the entry `<label>-compiled`; see TorchCompile.
+    compile: list[bool] = Field(default_factory=lambda: [False], min_length=1)
+    torch_compile: TorchCompile = Field(default_factory=TorchCompile)
     workloads: list[WorkloadEntry] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _check(self) -> Suite:
         seen: set[str] = set()
         for entry in self.workloads:
-            if entry.label in seen:
-                raise ValueError(
-                    f"duplicate workload entry {entry.label!r}: give each entry a distinct `id`"
-                )
-            seen.add(entry.label)
+            for label in self.labels_of(entry):
+                if label in seen:
+                    raise ValueError(
+                        f"duplicate workload entry {label!r}: give each entry a distinct `id`"
+                    )
+                seen.add(label)
+            if True in self.compile_of(entry) and self.backend != "torch":
+                raise ValueError(f"workload {entry.label!r}: `compile: true` compiles the torch backend's "
+                                 "training step (torch.compile); the JAX backend always jit-compiles its step")
+            if len(set(self.compile_of(entry))) != len(self.compile_of(entry)):
+                raise ValueError(f"workload {entry.label!r}: `compile` lists a value twice")
         listed: list[tuple[str, list[Any]]] = [("precisions", list(self.precisions)), ("seeds", list(self.seeds))]
         for where, values in listed:
             if len(set(values)) != len(values):
@@ -254,6 +282,14 @@ class Suite(_Strict):
 
     def launcher_of(self, entry: WorkloadEntry) -> str:
         return entry.launcher or self.launcher
+
+    def compile_of(self, entry: WorkloadEntry) -> list[bool]:
+        return entry.compile if entry.compile is not None else self.compile
+
+    def labels_of(self, entry: WorkloadEntry) -> list[str]:
+        """The entry's labels: its own, and ``<label>-compiled`` for its compiled runs,
+        which make their own table rows and certificate subjects (with their own FP32)."""
+        return [entry.label + (COMPILED_SUFFIX if c else "") for c in self.compile_of(entry)]
 
     def torchrun_of(self, entry: WorkloadEntry) -> Torchrun | None:
         return entry.torchrun or self.torchrun
@@ -302,6 +338,8 @@ class RunSpec(_Strict):
     # of identity(): they describe who ran it where, not what it computes.
     submission: Submission = Field(default_factory=Submission)
     config_filename: str = ""
+    # The training step compiled with torch.compile (these settings); None: eager.
+    torch_compile: TorchCompile | None = None
 
     @model_validator(mode="after")
     def _names_are_file_names(self) -> RunSpec:
@@ -340,6 +378,8 @@ class RunSpec(_Strict):
         if self.launcher == "torchrun":
             ident["launcher"] = "torchrun"
             ident["world_size"] = self.world_size
+        if self.torch_compile is not None:  # the fallback is what to do on failure, not what runs
+            ident["torch_compile"] = self.torch_compile.model_dump(include={"mode", "backend"})
         return ident
 
     @property
@@ -469,32 +509,36 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, 
         budget = entry.train or suite.train or TrainBudget(
             target=declared.target, max_steps=declared.max_steps, eval_every=declared.eval_every)
         seeds = with_min_seeds(entry.seeds or suite.seeds, min_seeds)
-        for precision in entry.precisions or suite.precisions:
-            # repeat 0 of every seed, then `repeats` reruns of the first seed
-            for seed, repeat in [(s, 0) for s in seeds] + [(seeds[0], r) for r in range(1, repeats + 1)]:
-                runs.append(
-                    _run_spec(
-                        entry,
-                        suite=suite.name,
-                        label=entry.label,
-                        workload=entry.workload,
-                        params=params,
-                        backend=suite.backend,
-                        amp=suite.amp,
-                        policy=suite.policy,
-                        precision=precision,
-                        seed=seed,
-                        device=device,
-                        train=budget,
-                        timeout_s=entry.timeout_s or suite.timeout_s,
-                        policy_sha256=policy_sha256,
-                        telemetry_rate_hz=suite.telemetry.rate_hz,
-                        loss_scaling=entry.loss_scaling,
-                        repeat=repeat,
-                        submission=suite.submission,
-                        **launch,
-                    )
+        matrix = [(compiled, label, precision, seed, repeat)
+                  for compiled, label in zip(suite.compile_of(entry), suite.labels_of(entry), strict=True)
+                  for precision in entry.precisions or suite.precisions
+                  # repeat 0 of every seed, then `repeats` reruns of the first seed
+                  for seed, repeat in [(s, 0) for s in seeds] + [(seeds[0], r) for r in range(1, repeats + 1)]]
+        for compiled, label, precision, seed, repeat in matrix:
+            runs.append(
+                _run_spec(
+                    entry,
+                    suite=suite.name,
+                    label=label,
+                    workload=entry.workload,
+                    params=params,
+                    backend=suite.backend,
+                    amp=suite.amp,
+                    policy=suite.policy,
+                    precision=precision,
+                    seed=seed,
+                    device=device,
+                    train=budget,
+                    timeout_s=entry.timeout_s or suite.timeout_s,
+                    policy_sha256=policy_sha256,
+                    telemetry_rate_hz=suite.telemetry.rate_hz,
+                    loss_scaling=entry.loss_scaling,
+                    repeat=repeat,
+                    submission=suite.submission,
+                    torch_compile=suite.torch_compile if compiled else None,
+                    **launch,
                 )
+            )
     return runs
 
 

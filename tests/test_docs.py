@@ -76,10 +76,10 @@ def test_runnable_blocks(page, scratch):
 
 
 def test_every_suite_field_is_documented():
-    from ampcert.spec import Submission, Suite, TelemetryConfig, TrainBudget, WorkloadEntry
+    from ampcert.spec import Submission, Suite, TelemetryConfig, TorchCompile, TrainBudget, WorkloadEntry
 
     text = (DOCS / "suites.md").read_text()
-    for model in (Suite, WorkloadEntry, TrainBudget, TelemetryConfig, Submission):
+    for model in (Suite, WorkloadEntry, TrainBudget, TelemetryConfig, Submission, TorchCompile):
         for name in model.model_fields:
             assert f"| `{name}` |" in text, f"{model.__name__}.{name} is not in docs/suites.md"
 

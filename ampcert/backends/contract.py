@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from ampcert.results import EvalPoint, LowestPrecision, Measured, StepTimes
+from ampcert.results import CompileStats, EvalPoint, LowestPrecision, Measured, StepTimes
 
 if TYPE_CHECKING:
     from ampcert.telemetry import Series
@@ -104,6 +104,8 @@ class TrainOutcome:
     skipped_steps: list[int] | None = None
     # Measured over the first training step; None where no step ran.
     lowest_precision: LowestPrecision | None = None
+    # What torch.compile did (compile: true runs only).
+    compile_stats: CompileStats | None = None
 
     def result_fields(self) -> dict[str, Any]:
         """The RunResult fields this outcome holds, by name."""

@@ -40,6 +40,7 @@ from ampcert.backends.contract import (  # noqa: F401 - RunFailed: part of this 
     TrainOutcome,
 )
 from ampcert.backends.loop import step_time_stats, step_times_ms
+from ampcert.backends.torch_compile import CompiledStep
 from ampcert.results import EvalPoint, Measured
 from ampcert.spec import RunSpec
 from ampcert.telemetry import Telemetry, ensure_pci_bus_order, torch_cuda_gpu_ref, torch_cuda_memory
@@ -290,6 +291,12 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     reached: loop.Reached | None = None
     scaler = amp.scaler
 
+    def forward_loss(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        return task.loss_fn(train_model(xb), yb)
+
+    # compile: true runs compile this from step 2 on (backends/torch_compile.py).
+    compiled = CompiledStep(spec.torch_compile, forward_loss) if spec.torch_compile is not None else None
+
     log.start(mllog.RUN_START)
     run_start = time.perf_counter()
     step = 0
@@ -311,11 +318,14 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
                 x, y = dctx.shard(x), dctx.shard(y)
             data_s += time.perf_counter() - t_data
             optimizer.zero_grad(set_to_none=True)
+            t_first_compiled = time.perf_counter()
             # Step 1's time includes the probe's per-op bookkeeping (it also holds the warm-up).
             with probe if step == 1 else contextlib.nullcontext():
                 with amp.autocast():
-                    loss = task.loss_fn(train_model(x), y)
+                    loss = (compiled if compiled is not None and step > 1 else forward_loss)(x, y)
                 scaler.scale(loss).backward()
+            if compiled is not None and step == 2:
+                compiled.first_step_done(time.perf_counter() - t_first_compiled)
             if step == 1:
                 probe.remove_hooks()
                 lowest_precision = loop.log_lowest_precision(
@@ -419,6 +429,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         loss_scale=loss_scale,
         skipped_steps=skipped,
         lowest_precision=lowest_precision,
+        compile_stats=compiled.stats(step_times_ms(clock.durations)) if compiled is not None else None,
     )
 
 

@@ -367,6 +367,34 @@ def check_precision_disclosure(rule: R.PrecisionDisclosure, g: _Group) -> Verdic
     return _verdict(rule, g, "PASS", f"every run measured the declared {shown}", declared=declared)
 
 
+def check_compile_health(rule: R.CompileHealth, g: _Group) -> Verdict | None:
+    """The compiled step of each compile: true run: it compiled, with at most
+    ``max_graph_breaks`` graph breaks and ``max_recompiles`` recompiles."""
+    runs = [r for r in g.all if r.compile_stats is not None]
+    if not runs:
+        return None
+    max_breaks = int(rule.threshold(g.subject.workload, g.workload))
+    problems = []
+    for r in runs:
+        c = r.compile_stats
+        assert c is not None
+        if not c.compiled:
+            problems.append(f"seed {r.spec.seed} did not compile ({c.fallback_reason}) and ran eagerly")
+        elif (c.graph_breaks or 0) > max_breaks:
+            problems.append(f"seed {r.spec.seed}: {c.graph_breaks} graph break(s), limit {max_breaks}"
+                            + (f" ({c.break_reasons[0]})" if c.break_reasons else ""))
+        elif (c.recompiles or 0) > rule.max_recompiles:
+            problems.append(f"seed {r.spec.seed}: {c.recompiles} recompile(s), limit {rule.max_recompiles}")
+    stats = {r.run_id: r.compile_stats.model_dump(mode="json") for r in runs if r.compile_stats}
+    if problems:
+        return _verdict(rule, g, "FAIL", "; ".join(problems[:3]), runs=stats)
+    worst_breaks = max(r.compile_stats.graph_breaks or 0 for r in runs if r.compile_stats)
+    worst_recompiles = max(r.compile_stats.recompiles or 0 for r in runs if r.compile_stats)
+    return _verdict(rule, g, "PASS", f"{len(runs)} compiled run(s): at most {worst_breaks} graph break(s) "
+                    f"(limit {max_breaks}) and {worst_recompiles} recompile(s) (limit {rule.max_recompiles})",
+                    runs=stats)
+
+
 CHECK_FUNCTIONS: dict[str, Callable[[Any, _Group], Verdict | None]] = {
     "accuracy_parity": check_accuracy_parity,
     "convergence": check_convergence,
@@ -378,6 +406,7 @@ CHECK_FUNCTIONS: dict[str, Callable[[Any, _Group], Verdict | None]] = {
     "speedup": check_speedup,
     "memory_ratio": check_memory_ratio,
     "precision_disclosure": check_precision_disclosure,
+    "compile_health": check_compile_health,
 }
 
 

@@ -135,6 +135,16 @@ class MemoryRatio(_Rule):
     threshold_field: ClassVar[str] = "max_ratio"
 
 
+class CompileHealth(_Rule):
+    """compile: true runs: graph breaks and recompiles of the compiled step, and
+    that it compiled at all; no verdict for runs that were not compiled."""
+
+    check: Literal["compile_health"]
+    max_graph_breaks: int = Field(0, ge=0)
+    max_recompiles: int = Field(1, ge=0)
+    threshold_field: ClassVar[str] = "max_graph_breaks"
+
+
 class PrecisionDisclosure(_Rule):
     """The suite's declared MLPerf precision disclosure (``submission.lowest_precision``)
     against what each run measured; no verdict where nothing is declared."""
@@ -144,11 +154,11 @@ class PrecisionDisclosure(_Rule):
 
 Rule = Annotated[
     AccuracyParity | Convergence | Determinism | SeedSpread | ScalerSkipRate | ScalerFloor | NonFiniteLoss | Speedup
-    | MemoryRatio | PrecisionDisclosure,
+    | MemoryRatio | PrecisionDisclosure | CompileHealth,
     Field(discriminator="check"),
 ]
 CHECKS = ("accuracy_parity", "convergence", "determinism", "seed_spread", "scaler_skip_rate",
-          "scaler_floor", "nonfinite_loss", "speedup", "memory_ratio", "precision_disclosure")
+          "scaler_floor", "nonfinite_loss", "speedup", "memory_ratio", "precision_disclosure", "compile_health")
 
 
 class RulePack(_Strict):
