@@ -76,7 +76,14 @@ def test_runnable_blocks(page, scratch):
 
 
 def test_every_suite_field_is_documented():
-    from ampcert.spec import Submission, Suite, TelemetryConfig, TorchCompile, TrainBudget, WorkloadEntry
+    from ampcert.spec import (
+        Submission,
+        Suite,
+        TelemetryConfig,
+        TorchCompile,
+        TrainBudget,
+        WorkloadEntry,
+    )
 
     text = (DOCS / "suites.md").read_text()
     for model in (Suite, WorkloadEntry, TrainBudget, TelemetryConfig, Submission, TorchCompile):

@@ -198,11 +198,69 @@ def _reentrant_clone(func: Any, traced: bool = False) -> Callable | None:
         base = func.__globals__
         overrides = {n: _never for n in _HTF_NAMES}
         overrides["__builtins__"] = base.get("__builtins__", __builtins__)
-        scope = {**base, **overrides} if traced else _Globals(base, overrides)
+        scope = _traced_globals(base, overrides) if traced else _Globals(base, overrides)
         clone = types.FunctionType(code, scope, func.__name__, func.__defaults__, func.__closure__)
         clone.__kwdefaults__ = func.__kwdefaults__
     clones[func] = clone
     return clone
+
+
+_TRACED_TORCH: types.ModuleType | None = None
+_TRACED_MODULES: dict[str, types.ModuleType] = {}
+
+
+def _traced_globals(base: dict, overrides: dict) -> dict:
+    """Globals for traced clones of one module's functions: a plain copy (the
+    tracer resolves globals only from a dict) with ``torch`` as
+    :func:`_traced_torch` gives it. The dict belongs to a module registered
+    under its own name: the tracer guards on globals through the module they
+    belong to, and must find these, not the original module's."""
+    name = f"ampcert.amp._traced.{base.get('__name__', 'unknown')}"
+    module = _TRACED_MODULES.get(name)
+    if module is None:
+        import sys
+
+        module = types.ModuleType(name)
+        module.__dict__.update(base)
+        module.__dict__.update(overrides)
+        module.__dict__["__name__"] = name
+        if module.__dict__.get("torch") is torch:
+            module.__dict__["torch"] = _traced_torch()
+        sys.modules[name] = module
+        _TRACED_MODULES[name] = module
+    return module.__dict__
+
+
+def _traced_torch() -> types.ModuleType:
+    """``torch`` as traced clones see it: the same module, except that the
+    ``torch._C._nn`` builtins torch.compile does not route to torch function
+    modes (those missing from ``torch.overrides.get_overridable_functions()``,
+    e.g. ``cross_entropy_loss`` inside ``F.cross_entropy``) are called through
+    this engine's ``__torch_function__`` explicitly, so the policy decides them
+    in the compiled graph as it does eagerly."""
+    global _TRACED_TORCH
+    if _TRACED_TORCH is not None:
+        return _TRACED_TORCH
+    routed = {f for fs in torch.overrides.get_overridable_functions().values() for f in fs}
+
+    def through_mode(builtin: Any) -> Callable:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return _MODE.__torch_function__(builtin, (), args, kwargs)
+        return call
+
+    nn = types.ModuleType("torch._C._nn")
+    nn.__dict__.update(torch._C._nn.__dict__)
+    for attr, obj in torch._C._nn.__dict__.items():
+        if callable(obj) and not attr.startswith("_") and obj not in routed:
+            setattr(nn, attr, through_mode(obj))
+    c = types.ModuleType("torch._C")
+    c.__dict__.update(torch._C.__dict__)
+    c._nn = nn  # type: ignore[attr-defined]
+    shim = types.ModuleType("torch")
+    shim.__dict__.update(torch.__dict__)
+    shim._C = c  # type: ignore[attr-defined]
+    _TRACED_TORCH = shim
+    return shim
 
 
 # ---------------------------------------------------------------------------

@@ -163,3 +163,89 @@ def test_a_host_sync_put_back_into_the_scaler_is_a_graph_break(monkeypatch):
     monkeypatch.setattr(torch_scaler_step, "combined_found_inf", with_item)
     _train(True, OPTIMIZERS["sgd-momentum"])
     assert any("item()" in reason for reason in own_graph_breaks()), own_graph_breaks()
+
+
+# --------------------------------------------------------------------------- numerics, compiled
+
+
+class _AtenOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """The compute ops an eager forward ran, with their input dtypes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple[str, tuple]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append((func.overloadpacket.__name__, _dtypes(args)))
+        return func(*args, **(kwargs or {}))
+
+
+def _dtypes(args) -> tuple:
+    out = []
+    for a in args:
+        t = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            out.append(t.dtype)
+    return tuple(out)
+
+
+# The ops whose dtype autocast decides and that carry the numerics: matmuls,
+# convolutions, the loss's log-softmax and reductions.
+COMPUTE = {"mm", "addmm", "bmm", "convolution", "_log_softmax", "nll_loss_forward", "native_layer_norm",
+           "_scaled_dot_product_flash_attention_for_cpu", "sum", "mean"}
+
+
+def _compiled_forward_ops(task, x, y) -> list[tuple[str, tuple]]:
+    """The same ops in the forward graph torch.compile (AOTAutograd) made."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, y: task.loss_fn(task.model(x), y),
+                             backend=aot_autograd(fw_compiler=capture, bw_compiler=lambda gm, _: gm.forward))
+    with autocast("cpu", dtype=torch.bfloat16):
+        compiled(x, y)
+    (forward,) = graphs
+    return [(n.target.overloadpacket.__name__, _dtypes(n.args)) for n in forward.graph.nodes
+            if n.op == "call_function" and hasattr(n.target, "overloadpacket")]
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_compiled_computes_the_same_ops_in_the_same_dtypes_as_eager(name):
+    """An audit over the compiled graph: its matmuls, convolutions and loss ops,
+    in order, take the dtypes the eager forward's took."""
+    task, x, y = _task(name)
+    with _AtenOps() as eager, torch.no_grad(), autocast("cpu", dtype=torch.bfloat16):
+        task.loss_fn(task.model(x), y)
+    ours = [op for op in _compiled_forward_ops(task, x, y) if op[0] in COMPUTE]
+    theirs = [op for op in eager.ops if op[0] in COMPUTE]
+    assert ours and ours == theirs
+
+
+def test_compiled_ampcert_trains_like_compiled_native():
+    """Same seed, same batches, both compiled: the loss trajectories agree
+    within the default pack's parity margin (0.02)."""
+    curves = {}
+    for engine in ("native", "ampcert"):
+        task, x, y = _task("digits")  # the same seeded model each time
+        opt = task.make_optimizer(task.model.parameters())
+        torch._dynamo.reset()
+        step = torch.compile(lambda x, y, task=task: task.loss_fn(task.model(x), y), backend="aot_eager")
+        region = (torch.autocast("cpu", dtype=torch.bfloat16) if engine == "native"
+                  else autocast("cpu", dtype=torch.bfloat16))
+        losses = []
+        for _ in range(10):
+            opt.zero_grad(set_to_none=True)
+            with region:
+                loss = step(x, y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        curves[engine] = torch.tensor(losses)
+    assert curves["native"][-1] < curves["native"][0]  # it trains
+    torch.testing.assert_close(curves["ampcert"], curves["native"], rtol=0, atol=0.02)
