@@ -100,8 +100,7 @@ def suites(tmp_path_factory) -> tuple[Path, Path, Path]:
 
 @pytest.fixture(scope="module")
 def pair(suites) -> dict:
-    """base1 and cand, side by side. The serial slowdown test needs only these,
-    so the serial run (a process of its own) builds nothing more."""
+    """base1 and cand, side by side (the serial slowdown test needs only these)."""
     root, base, cand = suites
     out = run_side_by_side({"base1": base, "cand": cand}, root)
     # for a second measurement of the slowdown, if the first was too noisy to decide
@@ -197,6 +196,7 @@ def test_accuracy_drop_that_flips_a_verdict_is_a_regression(folders):
     assert all(c.status != "REGRESSION" for c in result.comparisons if str(c.subject).endswith("underflow/torch/native/fp32"))
 
 
+@pytest.mark.serial  # throughput is compared: a test beside it on the other core makes one side slower
 def test_same_code_twice_is_not_flagged(folders):
     """The false-positive check, six times: three runs of the same suite, each
     against each in both directions."""
