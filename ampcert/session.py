@@ -534,8 +534,8 @@ def audit_torch(device: str = "cpu", policy: str | None = None, dtype: str | Non
     require_backend("torch", "audit --backend torch")
     import torch
 
+    from ampcert.amp.audit import audit_modules, coverage
     from ampcert.amp.audit import audit_torch as run_audit
-    from ampcert.amp.audit import coverage
     from ampcert.amp.policy import POLICY_DIR
     from ampcert.amp.precision import dtype_name
     from ampcert.spec import load_op_policy
@@ -543,7 +543,8 @@ def audit_torch(device: str = "cpu", policy: str | None = None, dtype: str | Non
     if device == "cuda" and not torch.cuda.is_available():
         raise UserError("--device cuda: torch sees no CUDA device")
     op_policy = load_op_policy(policy, "--policy", device)
-    rows = run_audit(device, op_policy, getattr(torch, dtype_name(dtype)) if dtype else None)
+    low = getattr(torch, dtype_name(dtype)) if dtype else None
+    rows = run_audit(device, op_policy, low) + audit_modules(device, low)
     shipped = op_policy.source is not None and Path(op_policy.source).parent == POLICY_DIR
     return Audit("torch", torch.__version__, device, op_policy, rows, coverage=coverage(rows, device, op_policy),
                  shipped=shipped)

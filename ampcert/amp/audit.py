@@ -334,6 +334,57 @@ def audit_torch(
     return [audit_op(op, pol.family(op) or "none", device_type, pol, low) for op in names]
 
 
+# Modules that reach autocast as one builtin whose ATen composite native autocast
+# decides op by op; ampcert re-runs them op by op on the CPU (torch_rnn).
+_COMPOSITE_MODULES: dict[str, Callable[[], torch.nn.Module]] = {
+    "nn.RNN": lambda: torch.nn.RNN(6, 8, num_layers=2, bidirectional=True),
+    "nn.RNN(relu)": lambda: torch.nn.RNN(6, 8, nonlinearity="relu", batch_first=True),
+    "nn.GRU": lambda: torch.nn.GRU(6, 8, num_layers=2, bidirectional=True),
+}
+
+
+class _AtenOps(torch.utils._python_dispatch.TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple[str, tuple[str, ...]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.ops.append((func.overloadpacket.__name__,
+                         tuple(_short(t.dtype) for t in _flat(list(args)) + _flat(out))))
+        return out
+
+
+def audit_modules(device_type: str = "cpu", dtype: torch.dtype | None = None) -> list[AuditRow]:
+    """nn.RNN and nn.GRU (CPU) under both engines: the same ATen ops in order, with
+    the same dtypes in and out, and the same outputs, forward and backward."""
+    if device_type != "cpu":
+        return []  # on CUDA they run cuDNN's fused kernels: not mirrored (docs/policies.md)
+    low = dtype or torch.bfloat16
+    rows = []
+    for name, build in _COMPOSITE_MODULES.items():
+        torch.manual_seed(0)
+        module = build().train()
+        x = torch.randn(3, 5, 6)
+        seen = {}
+        for engine, ctx in (("ampcert", autocast(device_type, dtype=low)), ("native", _native_ctx(device_type, low))):
+            module.zero_grad(set_to_none=True)
+            torch.manual_seed(1)
+            with _AtenOps() as recorder, ctx:
+                out, h = module(x)
+            (out.float().sum() + h.float().sum()).backward()
+            grads = [p.grad for p in module.parameters()]
+            seen[engine] = (recorder.ops, [out, h], grads)
+        ours, theirs = seen["ampcert"], seen["native"]
+        same_ops = ours[0] == theirs[0]
+        same_values = all(torch.equal(a, b) for a, b in zip(ours[1] + ours[2], theirs[1] + theirs[2], strict=True))
+        note = f"{len(ours[0])} ATen ops" + ("" if same_ops else ", op sequences differ") + \
+            ("" if same_values else ", values differ")
+        rows.append(AuditRow(name, "composite", "/".join(_short(t.dtype) for t in ours[1]),
+                             "/".join(_short(t.dtype) for t in theirs[1]), same_ops and same_values, note))
+    return rows
+
+
 def format_table(rows: Sequence[AuditRow]) -> str:
     """A plain-text table of audit rows plus a one-line summary."""
     headers = ("op", "family", "agree", "ampcert", "native", "note")

@@ -148,12 +148,13 @@ def own_graph_breaks() -> list[str]:
             if "torch._dynamo.graph_break()" not in reason]
 
 
-def _train(compiled: bool, make_optimizer, steps: int = 6, overflow_at: int = 3):
+def _train(compiled: bool, workload: str, steps: int = 5, overflow_at: int = 3):
+    """A shipped workload's own model, optimizer and loss, ampcert's autocast (bf16)
+    and the sync-free scaler; ``update`` (scaler step and update) compiled or not."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
-    opt = make_optimizer(model.parameters())
+    task, x, y = _task(workload)
+    model, opt = task.model, task.make_optimizer(task.model.parameters())
     scaler = DynamicLossScaler("cpu", init_scale=2.0**10, growth_interval=2, sync_free=True)
-    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
 
     def update():
         scaler.step(opt)
@@ -162,38 +163,40 @@ def _train(compiled: bool, make_optimizer, steps: int = 6, overflow_at: int = 3)
 
     torch._dynamo.reset()
     counters.clear()
-    run = torch.compile(update, backend="eager") if compiled else update
-    graphs = []
+    run = torch.compile(update, backend="eager")
+    graphs, undone = [], None
     for step in range(steps):
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        with autocast("cpu", dtype=torch.bfloat16):
+            loss = task.loss_fn(model(x), y)
         scaler.scale(loss).backward()
         if step == overflow_at:
             next(model.parameters()).grad.view(-1)[0] = float("inf")
+            before = [p.detach().clone() for p in model.parameters()]
+            state = [t.clone() for st in opt.state.values() for t in st.values() if isinstance(t, torch.Tensor)]
         # The first step runs eagerly, as ampcert's training loop runs it: it creates the
         # optimizer's state, which needs one host decision (torch_scaler_step's module doc).
-        (update if step == 0 else run)()
+        (run if compiled and step > 0 else update)()
+        if step == overflow_at:  # the overflowing step was undone: parameters and optimizer state
+            after = [t for st in opt.state.values() for t in st.values() if isinstance(t, torch.Tensor)]
+            undone = all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)) and \
+                all(torch.equal(a, b) for a, b in zip(state, after, strict=True))
         graphs.append(counters["stats"]["unique_graphs"])
-    return model, scaler, graphs
+    return undone, scaler, graphs, type(opt).__name__
 
 
-OPTIMIZERS = {
-    "sgd-momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
-    "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3),
-}
-
-
-@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
-def test_the_sync_free_scaler_compiles_without_breaks_or_recompiles_of_its_own(optimizer):
-    model, scaler, graphs = _train(True, OPTIMIZERS[optimizer])
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_the_sync_free_scaler_compiles_without_breaks_or_recompiles_of_its_own(workload):
+    undone, scaler, graphs, optimizer = _train(True, workload)
     assert own_graph_breaks() == []
     assert graphs[1] > 0 and graphs[-1] == graphs[1]  # traced at the first compiled step, never again
-    eager_model, eager_scaler, _ = _train(False, OPTIMIZERS[optimizer])
-    # Compiled, the step is the same computation: the overflow step undone, the same scale trajectory.
-    assert scaler.trajectory() == eager_scaler.trajectory()
-    assert scaler.trajectory()["skipped_steps"] == [3]
-    # (to rounding: compiled, torch.optim takes its tensor-step code path, e.g. AdamW's bias correction)
-    for p, q in zip(model.parameters(), eager_model.parameters(), strict=True):
-        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-7)
+    # Compiled, the scaler does what it does eagerly: the overflow step undone on the device,
+    # bit for bit, and the same scale trajectory. (Parameters are not compared with the eager
+    # run's: torch.optim's compiled step rounds differently, e.g. AdamW's, by up to 6e-4 on
+    # gpt after two steps with no scaler at all.)
+    assert undone, optimizer
+    eager_undone, eager_scaler, _, _ = _train(False, workload)
+    assert eager_undone and scaler.trajectory() == eager_scaler.trajectory()
+    assert scaler.trajectory()["skipped_steps"] == [3], optimizer
 
 
 def test_a_host_sync_put_back_into_the_scaler_is_a_graph_break(monkeypatch):
@@ -206,7 +209,7 @@ def test_a_host_sync_put_back_into_the_scaler_is_a_graph_break(monkeypatch):
         return total
 
     monkeypatch.setattr(torch_scaler_step, "combined_found_inf", with_item)
-    _train(True, OPTIMIZERS["sgd-momentum"])
+    _train(True, "digits")
     assert any("item()" in reason for reason in own_graph_breaks()), own_graph_breaks()
 
 

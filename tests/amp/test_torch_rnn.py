@@ -82,3 +82,13 @@ def test_a_packed_sequence_runs_the_builtin_untouched():
     with autocast("cpu", dtype=torch.bfloat16):
         out, h = gru(packed)
     assert out.data.dtype is torch.float32 and h.dtype is torch.float32
+
+
+def test_the_audit_command_covers_them(monkeypatch):
+    from ampcert.amp.audit import audit_modules
+
+    rows = audit_modules("cpu", torch.float16)
+    assert [r.op for r in rows] == ["nn.RNN", "nn.RNN(relu)", "nn.GRU"] and all(r.agree for r in rows)
+    monkeypatch.setattr("ampcert.amp.torch_autocast.decompose_rnn", lambda *a: None)
+    assert not any(r.agree for r in audit_modules("cpu", torch.float16))  # it can fail
+    assert audit_modules("cuda") == []  # cuDNN's kernels: not mirrored, and said so in the docs
