@@ -130,8 +130,8 @@ class CompileStats(_Model):
     compiled: bool = Field(description="whether the steps after the first ran compiled; false: "
                            "compilation failed and the suite's `fallback: eager` let it go on eagerly")
     fallback_reason: str | None = Field(default=None, description="why compilation failed, one line")
-    compile_s: float | None = Field(default=None, description="the first compiled step's wall time "
-                                    "(tracing and compiling, forward and backward) less the median step")
+    compile_s: float | None = Field(default=None, description="the first compiled step's time "
+                                    "(tracing and compiling included) less the median step")
     graph_breaks: int | None = None
     break_reasons: list[str] = Field(default_factory=list, description="the first line of each distinct break reason")
     graphs: int | None = Field(default=None, description="graphs Dynamo compiled")

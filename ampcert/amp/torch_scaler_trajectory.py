@@ -41,11 +41,16 @@ _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: F
 class Trajectory:
     """Rows recorded on the device in chunks, moved to host arrays on demand."""
 
+    # The traced path's buffer and its next row, both on the device (see the module doc),
+    # and whether a traced update wrote to it (set in the trace, never read there:
+    # collect() reads it eagerly, and asks the device nothing when it is unset).
+    # Class defaults, so a trajectory pickled before the traced path existed loads.
+    _traced: tuple[torch.Tensor, torch.Tensor] | None = None
+    _traced_used: bool = False
+
     def __init__(self, scale: Iterable[float] = (), found: Iterable[int] = (), skipped: Iterable[int] = ()) -> None:
         self._chunks: list[torch.Tensor] = []
         self._fill = 0
-        # The traced path's buffer and its next row, both on the device (see the module doc).
-        self._traced: tuple[torch.Tensor, torch.Tensor] | None = None
         self._scale = array("f", scale)
         self._found = array("b", found)
         self._skipped = array("b", skipped)
@@ -103,12 +108,14 @@ class Trajectory:
         # Past the end, the last row is overwritten and next_row keeps counting: collect() sees the loss.
         rows.index_copy_(0, next_row.clamp(max=TRACED_ROWS - 1), row.unsqueeze(0))
         next_row.add_(1)
+        self._traced_used = True
 
     def _collect_traced(self) -> None:
-        if self._traced is None:
-            return
+        if self._traced is None or not self._traced_used:
+            return  # (eager-only training: no sync for a buffer nothing wrote to)
         rows, next_row = self._traced
         n = int(next_row.item())  # the one sync
+        self._traced_used = False
         if n == 0:
             return
         kept = rows[: min(n, TRACED_ROWS)].cpu().tolist()

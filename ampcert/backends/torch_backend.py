@@ -318,14 +318,13 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
                 x, y = dctx.shard(x), dctx.shard(y)
             data_s += time.perf_counter() - t_data
             optimizer.zero_grad(set_to_none=True)
-            t_first_compiled = time.perf_counter()
             # Step 1's time includes the probe's per-op bookkeeping (it also holds the warm-up).
             with probe if step == 1 else contextlib.nullcontext():
                 with amp.autocast():
                     loss = (compiled if compiled is not None and step > 1 else forward_loss)(x, y)
                 scaler.scale(loss).backward()
             if compiled is not None and step == 2:
-                compiled.first_step_done(time.perf_counter() - t_first_compiled)
+                compiled.first_step_done()
             if step == 1:
                 probe.remove_hooks()
                 lowest_precision = loop.log_lowest_precision(

@@ -9,8 +9,8 @@ see ``tests/amp/test_torch_compile.py``, but torch.optim's deliberate graph
 breaks around ``Optimizer.step`` would be counted against the AMP engine).
 
 The first step runs eagerly: the precision probe watches it, and it creates
-the optimizer's state. The second compiles; its wall time less the median
-step is the compile time. Graph breaks and graphs come from torch._dynamo's
+the optimizer's state. The second compiles; its time (the run's step clock)
+less the median step is the compile time. Graph breaks and graphs come from torch._dynamo's
 counters (reset when compilation starts: one run per worker process);
 recompiles are the frames Dynamo compiled after the first compiled step.
 
@@ -36,6 +36,10 @@ from ampcert.spec import TorchCompile
 MAX_REASONS = 5
 
 
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0]
+
+
 class CompiledStep:
     """``fn(x, y) -> loss``, compiled from its first call on (see the module doc)."""
 
@@ -45,7 +49,6 @@ class CompiledStep:
         self.compiled: Callable[..., torch.Tensor] | None = None
         self.failure: str | None = None
         self._frames_after_first: int | None = None
-        self._first_step_s: float | None = None
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if self.failure is not None:
@@ -61,22 +64,24 @@ class CompiledStep:
             self.compiled = torch.compile(self.eager, mode=self.settings.mode, backend=self.settings.backend)
             return self.compiled(x, y)
         except Exception as exc:  # noqa: BLE001 - any compiler failure is the finding
-            first = (str(exc).strip().splitlines() or [""])[0]  # compiler errors append pages of advice
+            # (compiler errors append pages of advice to their first line)
             reason = f"torch.compile (backend {self.settings.backend}, mode {self.settings.mode}) failed: " \
-                     f"{type(exc).__name__}: {one_line(first)}"
+                     f"{type(exc).__name__}: {one_line(_first_line(str(exc)))}"
             if self.settings.fallback != "eager":
                 raise RunFailed(reason) from None
             self.compiled, self.failure = None, reason
             return self.eager(x, y)
 
-    def first_step_done(self, seconds: float) -> None:
-        """The first compiled step (compilation included) took ``seconds``."""
+    def first_step_done(self) -> None:
+        """The first compiled step (compilation included) is done: what Dynamo compiles
+        from here on are recompilations."""
         from torch._dynamo.utils import counters
 
-        self._first_step_s = seconds
         self._frames_after_first = counters["frames"]["total"]
 
     def stats(self, step_times_ms: list[float] | None) -> CompileStats:
+        """From torch._dynamo's counters; ``step_times_ms`` are the run's steps in order
+        (the first compiled step is the second)."""
         from torch._dynamo.utils import counters
 
         s = self.settings
@@ -84,13 +89,12 @@ class CompiledStep:
             return CompileStats(mode=s.mode, backend=s.backend, compiled=False, fallback_reason=self.failure)
         reasons: list[str] = []
         for reason in counters["graph_break"]:
-            first = reason.strip().splitlines()[0] if reason.strip() else reason
-            if first not in reasons:
-                reasons.append(first)
+            if _first_line(reason) not in reasons:
+                reasons.append(_first_line(reason))
         compile_s = None
-        if self._first_step_s is not None:  # (the median step: robust to the one compiling step among them)
-            typical = statistics.median(step_times_ms) / 1e3 if step_times_ms else 0.0
-            compile_s = max(0.0, self._first_step_s - typical)
+        if self._frames_after_first is not None and step_times_ms and len(step_times_ms) > 1:
+            # less the median step: robust to the one compiling step among them
+            compile_s = max(0.0, (step_times_ms[1] - statistics.median(step_times_ms)) / 1e3)
         frames: Any = counters["frames"]["total"]
         return CompileStats(
             mode=s.mode, backend=s.backend, compiled=self.compiled is not None, compile_s=compile_s,
