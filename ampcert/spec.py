@@ -18,7 +18,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
-from ampcert.amp.precision import PRECISIONS, Precision  # noqa: F401 - re-exported for suite readers
+from ampcert.amp.precision import (  # noqa: F401 - PRECISIONS re-exported for suite readers
+    AUTOCAST_PRECISIONS,
+    FP8_PRECISIONS,
+    PRECISIONS,
+    Precision,
+)
 from ampcert.configio import canonical_json, read_yaml, validation_message
 from ampcert.errors import UserError
 
@@ -183,6 +188,27 @@ class TorchCompile(_Strict):
 COMPILED_SUFFIX = "-compiled"
 
 
+class Fp8(_Strict):
+    """Which Linear layers of a torch model multiply in FP8 for the ``fp8`` and
+    ``mxfp8`` precisions, and how (``amp/torch_fp8.py``; docs/policies.md).
+
+    By default a Linear layer converts when both its dimensions divide by 16
+    (32 for mxfp8's blocks), except the model's first and last Linear layers;
+    ``include`` and ``exclude`` name modules by pattern (fnmatch on the
+    module's name in ``model.named_modules()``, e.g. ``blocks.*.mlp.*``). A
+    layer that ``include`` names and the recipe cannot take is an error."""
+
+    # fp8's scaling recipe (torchao's names); mxfp8 always scales blocks of 32.
+    recipe: Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"] = "tensorwise"
+    include: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
+    # The first and last Linear layers stay in bf16 unless this is true.
+    first_last: bool = False
+    # The eligibility map's statistics are taken at step 1 and every this many
+    # steps (each taking costs one extra bf16 and FP8 matmul per Linear layer).
+    record_every: PositiveInt = 10
+
+
 class WorkloadEntry(_Strict):
     workload: str = Field(min_length=1)
     id: str | None = Field(default=None, pattern=ID_PATTERN, max_length=MAX_ID_LEN)
@@ -199,6 +225,8 @@ class WorkloadEntry(_Strict):
     torchrun: Torchrun | None = None
     # Override the suite's compile axis for this entry.
     compile: list[bool] | None = Field(default=None, min_length=1)
+    # Override the suite's FP8 layer policy for this entry.
+    fp8: Fp8 | None = None
 
     @model_validator(mode="after")
     def _label_names_a_file(self) -> WorkloadEntry:
@@ -223,7 +251,7 @@ class Suite(_Strict):
     amp: AmpImpl = "native"
     policy: str | None = None
     device: Device = "auto"
-    precisions: list[Precision] = Field(default_factory=lambda: list(PRECISIONS), min_length=1)
+    precisions: list[Precision] = Field(default_factory=lambda: list(AUTOCAST_PRECISIONS), min_length=1)
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     # None: each workload's declared budget (its target quality and step cap).
     train: TrainBudget | None = None
@@ -244,6 +272,8 @@ class Suite(_Strict):
     # (torch.compile), as the entry `<label>-compiled`; see TorchCompile.
     compile: list[bool] = Field(default_factory=lambda: [False], min_length=1)
     torch_compile: TorchCompile = Field(default_factory=TorchCompile)
+    # Which Linear layers the fp8 and mxfp8 precisions convert (see Fp8).
+    fp8: Fp8 = Field(default_factory=Fp8)
     workloads: list[WorkloadEntry] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -261,6 +291,11 @@ class Suite(_Strict):
                                  "training step (torch.compile); the JAX backend always jit-compiles its step")
             if len(set(self.compile_of(entry))) != len(self.compile_of(entry)):
                 raise ValueError(f"workload {entry.label!r}: `compile` lists a value twice")
+            fp8 = [p for p in entry.precisions or self.precisions if p in FP8_PRECISIONS]
+            if fp8 and self.backend != "torch":
+                raise ValueError(f"workload {entry.label!r}: precision {fp8[0]} is not supported by the JAX backend "
+                                 "(ampcert's FP8 scales Linear layers of torch models; see docs/policies.md, "
+                                 "\"FP8 and MXFP8\"): train it with `backend: torch`")
         listed: list[tuple[str, list[Any]]] = [("precisions", list(self.precisions)), ("seeds", list(self.seeds))]
         for where, values in listed:
             if len(set(values)) != len(values):
@@ -293,6 +328,9 @@ class Suite(_Strict):
 
     def torchrun_of(self, entry: WorkloadEntry) -> Torchrun | None:
         return entry.torchrun or self.torchrun
+
+    def fp8_of(self, entry: WorkloadEntry) -> Fp8:
+        return entry.fp8 or self.fp8
 
 
 class RunSpec(_Strict):
@@ -340,6 +378,8 @@ class RunSpec(_Strict):
     config_filename: str = ""
     # The training step compiled with torch.compile (these settings); None: eager.
     torch_compile: TorchCompile | None = None
+    # The FP8 layer policy of an fp8 or mxfp8 run; None for every other precision.
+    fp8: Fp8 | None = None
 
     @model_validator(mode="after")
     def _names_are_file_names(self) -> RunSpec:
@@ -380,6 +420,8 @@ class RunSpec(_Strict):
             ident["world_size"] = self.world_size
         if self.torch_compile is not None:  # the fallback is what to do on failure, not what runs
             ident["torch_compile"] = self.torch_compile.model_dump(include={"mode", "backend"})
+        if self.fp8 is not None:  # when the map is recorded does not change what is trained
+            ident["fp8"] = self.fp8.model_dump(exclude={"record_every"})
         return ident
 
     @property
@@ -536,6 +578,7 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, 
                     repeat=repeat,
                     submission=suite.submission,
                     torch_compile=suite.torch_compile if compiled else None,
+                    fp8=suite.fp8_of(entry) if precision in FP8_PRECISIONS else None,
                     **launch,
                 )
             )

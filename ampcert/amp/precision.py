@@ -10,11 +10,18 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-Precision = Literal["fp32", "fp16", "bf16"]
+Precision = Literal["fp32", "fp16", "bf16", "fp8", "mxfp8"]
 # In the order suites, tables and reports list them: the reference first.
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
-LOW_PRECISIONS: tuple[Precision, ...] = tuple(p for p in PRECISIONS if p != "fp32")
 REFERENCE: Precision = "fp32"
+# The autocast precisions: one dtype for every op a policy lowers. A suite
+# that names no precisions runs these (FP8 is asked for by name).
+AUTOCAST_PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "bf16")
+LOW_PRECISIONS: tuple[Precision, ...] = ("fp16", "bf16")
+# FP8 precisions are not one dtype: eligible Linear layers multiply in 8-bit
+# floats with scales (amp/torch_fp8.py), everything else runs bf16 autocast.
+FP8_PRECISIONS: tuple[Precision, ...] = ("fp8", "mxfp8")
+FP8_BASE: Precision = "bf16"
 
 # The dtype's name, the same in torch (``torch.bfloat16``), numpy/JAX
 # (``jnp.bfloat16``) and in the dtype strings both frameworks print.
@@ -25,11 +32,19 @@ SHORT_NAMES: dict[str, str] = {name: short for short, name in DTYPE_NAMES.items(
 def dtype_name(precision: str) -> str:
     """``"bfloat16"`` for ``"bf16"``: the framework-neutral name of the dtype.
 
-    Raises ValueError naming the known precisions for anything else."""
+    Raises ValueError naming the known precisions for anything else (the FP8
+    precisions included: ask :func:`autocast_precision` for their autocast dtype)."""
     try:
         return DTYPE_NAMES[precision]
     except KeyError:
-        raise ValueError(f"unknown precision {precision!r}: expected one of {list(PRECISIONS)}") from None
+        raise ValueError(f"unknown precision {precision!r}: expected one of {list(DTYPE_NAMES)}") from None
+
+
+def autocast_precision(precision: str) -> str:
+    """The precision autocast runs in for ``precision``: itself, or bf16 for the
+    FP8 precisions (their non-FP8 ops run in bf16, as torchao and Transformer
+    Engine recipes do)."""
+    return FP8_BASE if precision in FP8_PRECISIONS else precision
 
 
 def precision_of(dtype: object) -> Precision | None:
