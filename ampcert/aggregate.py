@@ -23,7 +23,7 @@ GroupKey = tuple[str, str, str, str]
 """(workload label, backend, amp, precision): what a table row and a certificate subject speak about."""
 
 # Tables list the reference first, then the low precisions widest-exponent first.
-TABLE_ORDER = ("fp32", "bf16", "fp16")
+TABLE_ORDER = ("fp32", "bf16", "fp16", "fp8", "mxfp8")
 REFERENCE = "fp32"
 
 

@@ -138,6 +138,44 @@ class CompileStats(_Model):
     recompiles: int | None = Field(default=None, description="frames Dynamo compiled after the first compiled step")
 
 
+class Fp8Layer(_Model):
+    """One Linear layer of an fp8/mxfp8 run: the policy's decision and what
+    FP8 did to it on the recorded steps (docs/policies.md, "the eligibility map")."""
+
+    name: str
+    in_features: int
+    out_features: int
+    converted: bool = Field(description="whether the layer trained in FP8 (else bf16; its figures are a what-if)")
+    reason: str = Field(description="why the policy converted the layer or kept it")
+    recorded_steps: list[int] = Field(default_factory=list)
+    amax: dict[str, list[float]] = Field(default_factory=dict,
+                                         description="max |x| per operand (input, weight, grad_output) per recorded step")
+    underflow: dict[str, float | None] = Field(default_factory=dict,
+                                               description="largest fraction of non-zero values the cast flushed to zero")
+    saturation: dict[str, float | None] = Field(default_factory=dict,
+                                                description="largest fraction of values clamped to the format's maximum")
+    rel_error_vs_bf16: float | None = Field(default=None, description="largest ||y_fp8 - y_bf16|| / ||y_bf16|| "
+                                            "of the layer's output over the recorded steps")
+    rel_error_history: list[float] = Field(default_factory=list)
+    nonfinite_steps: int | None = Field(default=None, description="steps an operand held inf/NaN (converted layers)")
+    verdict: Literal["safe", "review", "unsafe", "unmeasured"]
+    why: str
+
+
+class Fp8Stats(_Model):
+    """How an fp8/mxfp8 run computed its Linear layers, and the per-layer map."""
+
+    recipe: str
+    implementation: str = Field(description="whose FP8 Linear trained: ampcert's or torchao's")
+    matmuls: Literal["real FP8", "emulated"] = Field(
+        description="emulated: FP8 casts with the matmul in fp32 (no FP8 units); speed figures not meaningful")
+    note: str = ""
+    converted_layers: int
+    linear_layers: int
+    nonfinite_amax_steps: int = Field(description="layer-steps whose FP8 operand held inf/NaN (FP8's overflow)")
+    layers: list[Fp8Layer]
+
+
 class RunResult(_Model):
     schema_version: int = SCHEMA_VERSION
     run_id: str
@@ -190,6 +228,9 @@ class RunResult(_Model):
     compile_stats: CompileStats | None = Field(
         default=None, exclude_if=lambda v: v is None,
         description="torch.compile's graph breaks, graphs, recompiles and compile time (compile: true runs)")
+    fp8: Fp8Stats | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="the FP8 recipe, whose Linear trained, and the per-layer eligibility map (fp8/mxfp8 runs)")
     accelerated: bool = True
     capability_note: str = ""
     amp_policy: dict[str, Any] | None = Field(default=None, description="the autocast policy: name and sha256")

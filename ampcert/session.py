@@ -550,6 +550,44 @@ def audit_torch(device: str = "cpu", policy: str | None = None, dtype: str | Non
                  shipped=shipped)
 
 
+def screen_fp8(workload: str, params: str | None = None, precision: str = "fp8", recipe: str = "tensorwise",
+               steps: int = 3, include: Sequence[str] = (), exclude: Sequence[str] = (), first_last: bool = False,
+               device: str = "cpu", seed: int = 0) -> Any:
+    """The per-layer FP8 eligibility map of a workload's model (``ampcert screen``):
+    a few training steps with the policy's layers in FP8, every Linear layer measured."""
+    if precision not in ("fp8", "mxfp8"):
+        raise UserError(f"--precision: expected fp8 or mxfp8, got {precision!r}")
+    if device not in ("cpu", "cuda"):
+        raise UserError(f"--device: expected cpu or cuda, got {device!r}")
+    if steps < 1:
+        raise UserError(f"--steps: expected a positive number of steps, got {steps}")
+    import yaml
+    from pydantic import ValidationError
+
+    from ampcert.configio import load_yaml, validation_message, yaml_problem
+    from ampcert.spec import Fp8, require_backend
+
+    require_backend("torch", "screen")
+    try:
+        parsed = load_yaml(params) if params else {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"--params: expected a YAML mapping such as '{{size: tiny}}', got {yaml_problem(exc)}") from None
+    if not isinstance(parsed, dict):
+        raise UserError(f"--params: expected a YAML mapping such as '{{size: tiny}}', got {type(parsed).__name__}")
+    raw = {"recipe": recipe, "include": list(include), "exclude": list(exclude), "first_last": first_last}
+    try:
+        cfg = Fp8.model_validate(raw)
+    except ValidationError as err:
+        raise UserError(validation_message("fp8", err, raw)) from None
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: torch sees no CUDA device")
+    from ampcert.backends.torch_fp8 import screen
+
+    return screen(workload, parsed, precision, cfg, steps=steps, seed=seed, device=device)
+
+
 def audit_jax(policy: str | None = None, dtype: str | None = None) -> Audit:
     """ampcert's JAX autocast against its policy: per primitive, the operand dtypes it
     really got on real arrays; per nested region, whether the matmul inside was rewritten."""

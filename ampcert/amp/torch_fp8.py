@@ -84,7 +84,7 @@ class Quantized:
 @torch.no_grad()
 def amax_of(x: torch.Tensor, granularity: str, dim: int | None) -> torch.Tensor:
     """max |x|: over the tensor, or along ``dim`` (kept) for rowwise scales."""
-    if granularity == "tensorwise":
+    if granularity == "tensorwise" or dim is None:
         return torch.max(torch.abs(x))
     return torch.amax(torch.abs(x), dim=dim, keepdim=True)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ampcert.amp.precision import dtype_name
+from ampcert.amp.precision import FP8_PRECISIONS, dtype_name
 from ampcert.resources import config_path
 
 SPEEDUP_THRESHOLD = 1.1
@@ -88,6 +88,9 @@ def probe(device: str, precisions: list[str], backend: str = "torch") -> dict[st
     for precision in precisions:
         if precision == "fp32":
             continue
+        if precision in FP8_PRECISIONS:
+            out[precision] = _fp8_capability(precision, device, out["fp32"]["measured_flops"])
+            continue
         try:
             # Slow paths are ~100x slower: a couple of repetitions is plenty. A fast one gets
             # as many as fp32 had, so that one disturbed repetition cannot flip the verdict.
@@ -117,6 +120,23 @@ def probe(device: str, precisions: list[str], backend: str = "torch") -> dict[st
         }
     _attach_peaks(out, device, n, backend)
     return out
+
+
+def _fp8_capability(precision: str, device: str, fp32_flops: float) -> dict[str, Any]:
+    """FP8 is not timed like a dtype: a device has FP8 tensor cores (compute
+    capability >= 8.9; MX blocks >= 10.0) or the run emulates the casts with
+    fp32 matmuls, and an emulated run's speed says nothing about FP8."""
+    real, why = False, "CPU: no FP8 matmul units"
+    if device == "cuda":
+        from ampcert.amp.torch_fp8 import has_fp8_tensor_cores
+
+        real, why = has_fp8_tensor_cores(precision)
+    if real:
+        return {"accelerated": True, "emulated": False, "speedup_vs_fp32": None,
+                "note": f"real FP8 matmuls ({why})"}
+    return {"accelerated": False, "emulated": True, "speedup_vs_fp32": None, "measured_flops": fp32_flops,
+            "note": f"{precision} emulated ({why}): FP8 casts exact, matmuls in fp32; "
+                    "speed, memory and energy figures of these runs are not meaningful"}
 
 
 # The CPU instructions without which a 16-bit matmul has no fast path (it is converted to fp32

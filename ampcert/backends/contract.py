@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from ampcert.results import CompileStats, EvalPoint, LowestPrecision, Measured, StepTimes
+from ampcert.results import CompileStats, EvalPoint, Fp8Stats, LowestPrecision, Measured, StepTimes
 
 if TYPE_CHECKING:
     from ampcert.telemetry import Series
@@ -106,6 +106,8 @@ class TrainOutcome:
     lowest_precision: LowestPrecision | None = None
     # What torch.compile did (compile: true runs only).
     compile_stats: CompileStats | None = None
+    # The FP8 recipe and eligibility map (fp8/mxfp8 runs only).
+    fp8: Fp8Stats | None = None
 
     def result_fields(self) -> dict[str, Any]:
         """The RunResult fields this outcome holds, by name."""

@@ -31,8 +31,8 @@ from typing import Any
 import torch
 
 from ampcert import mllog
-from ampcert.amp.precision import dtype_name
-from ampcert.backends import distributed, loop, torch_precision
+from ampcert.amp.precision import FP8_PRECISIONS, autocast_precision, dtype_name
+from ampcert.backends import distributed, loop, torch_fp8, torch_precision
 from ampcert.backends.contract import (  # noqa: F401 - RunFailed: part of this module's API
     NonFiniteLoss,
     PhaseTimes,
@@ -41,7 +41,7 @@ from ampcert.backends.contract import (  # noqa: F401 - RunFailed: part of this 
 )
 from ampcert.backends.loop import step_time_stats, step_times_ms
 from ampcert.backends.torch_compile import CompiledStep
-from ampcert.results import EvalPoint, Measured
+from ampcert.results import EvalPoint, Fp8Stats, Measured
 from ampcert.spec import RunSpec
 from ampcert.telemetry import Telemetry, ensure_pci_bus_order, torch_cuda_gpu_ref, torch_cuda_memory
 from ampcert.workloads import registry
@@ -155,7 +155,8 @@ class Amp:
 def make_amp(spec: RunSpec) -> Amp:
     if spec.precision == "fp32":
         return Amp(contextlib.nullcontext, NoLossScaler(), {"name": "none (fp32)"})
-    dtype = getattr(torch, dtype_name(spec.precision))
+    # fp8/mxfp8: bf16 autocast around the FP8 Linear layers (backends/torch_fp8.py).
+    dtype = getattr(torch, dtype_name(autocast_precision(spec.precision)))
     use_scaler = spec.precision == "fp16" and spec.loss_scaling
     if spec.amp == "native":
         return Amp(
@@ -262,11 +263,13 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     t_build = time.perf_counter()
     task = workload.build(params, spec.seed, device)
     model = task.model
+    # Counted on the model as built: an FP8 layer does the same matmuls.
+    flops_per_step = task.flops_per_step or count_train_flops(task)
+    fp8 = torch_fp8.prepare(model, spec) if spec.precision in FP8_PRECISIONS else None
     optimizer = task.make_optimizer(model.parameters())
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, task.lr_lambda) if task.lr_lambda else None
     amp = make_amp(spec)
     build_s = time.perf_counter() - t_build
-    flops_per_step = task.flops_per_step or count_train_flops(task)
     # Under torchrun: train through DistributedDataParallel, evaluate `model` on rank 0.
     dctx = distributed.current() if spec.launcher == "torchrun" else None
     train_model, rank0 = model, dctx is None or dctx.is_main
@@ -318,6 +321,8 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
                 x, y = dctx.shard(x), dctx.shard(y)
             data_s += time.perf_counter() - t_data
             optimizer.zero_grad(set_to_none=True)
+            if fp8 is not None:
+                fp8.before_step(step)
             # Step 1's time includes the probe's per-op bookkeeping (it also holds the warm-up).
             with probe if step == 1 else contextlib.nullcontext():
                 with amp.autocast():
@@ -328,7 +333,8 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
             if step == 1:
                 probe.remove_hooks()
                 lowest_precision = loop.log_lowest_precision(
-                    log, torch_precision.disclosure(probe.observed, spec.world_size))
+                    log, torch_precision.disclosure(probe.observed, spec.world_size,
+                                                    fp8_layers=fp8.converted() if fp8 is not None else 0))
             scaler.step(optimizer)
             scaler.update()
             if scheduler is not None:
@@ -429,6 +435,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         skipped_steps=skipped,
         lowest_precision=lowest_precision,
         compile_stats=compiled.stats(step_times_ms(clock.durations)) if compiled is not None else None,
+        fp8=Fp8Stats.model_validate(fp8.summary()) if fp8 is not None else None,
     )
 
 

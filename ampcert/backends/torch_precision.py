@@ -39,11 +39,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 # MLPerf's spelling of each dtype (its rules accept `bfloat16`, not `bf16`).
 MLPERF_NAME = {torch.float64: "fp64", torch.float32: "fp32", torch.bfloat16: "bfloat16",
-               torch.float16: "fp16"}
+               torch.float16: "fp16", torch.float8_e4m3fn: "fp8", torch.float8_e5m2: "fp8"}
 # Width in bits, to find the lowest; tf32 has fp32's storage but 10 mantissa bits.
-_BITS = {"fp64": 64, "fp32": 32, "tf32": 19, "bfloat16": 16, "fp16": 16}
+_BITS = {"fp64": 64, "fp32": 32, "tf32": 19, "bfloat16": 16, "fp16": 16, "fp8": 8}
 
-_LINEAR_OPS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution", "_convolution",
+_LINEAR_OPS = ("mm", "_scaled_mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution", "_convolution",
                "convolution_backward", "cudnn_convolution", "mkldnn_convolution", "addmv", "mv", "dot")
 _CONV_OPS = ("convolution", "_convolution", "convolution_backward", "cudnn_convolution", "mkldnn_convolution")
 
@@ -141,15 +141,21 @@ def record_comm_dtype(ddp_model: Any, observed: Observed) -> None:
     ddp_model.register_comm_hook(None, hook)
 
 
-def disclosure(observed: Observed, world_size: int) -> dict[str, dict[str, Any]]:
+def disclosure(observed: Observed, world_size: int, fp8_layers: int = 0) -> dict[str, dict[str, Any]]:
     """The three MLLOG values with metadata, keyed linear / attn / comm.
 
     Where nothing of a category ran, the value is one that was measured
-    (see the module doc), marked ``observed: false`` with the reason."""
+    (see the module doc), marked ``observed: false`` with the reason.
+    ``fp8_layers``: Linear layers an fp8/mxfp8 run converted. Emulated FP8
+    hands the dispatcher fp32 matmuls of values already rounded to FP8, so
+    the probe's dtype is not the precision: the layers' FP8 operands are."""
     out: dict[str, dict[str, Any]] = {}
     linear = observed.linear
     out["linear"] = ({"value": linear, "observed": True, "ops": sorted(observed.linear_ops)} if linear
                      else {"value": "fp32", "observed": False, "reason": "no linear or convolution ops"})
+    if fp8_layers:
+        out["linear"] = {"value": "fp8", "observed": True,
+                         "what": f"{fp8_layers} Linear layer(s) multiply FP8 operands (amp/torch_fp8.py)"}
     out["attn"] = ({"value": observed.attn, "observed": True, "ops": sorted(observed.attn_ops)} if observed.attn
                    else {"value": out["linear"]["value"], "observed": False, "reason": "no attention ops"})
     if world_size > 1:

@@ -82,12 +82,21 @@ def worst(statuses: Iterable[str]) -> Status:
 class _Group:
     """The runs of one subject and of its FP32 reference."""
 
-    def __init__(self, subject: Subject, runs: list[RunResult], ref: list[RunResult]):
+    def __init__(self, subject: Subject, runs: list[RunResult], ref: list[RunResult],
+                 siblings: dict[str, list[RunResult]] | None = None):
         self.subject = subject
         self.all = [r for r in runs if r.status != "skipped"]
         self.primary = [r for r in self.all if _repeat(r) == 0]
         self.ref = [r for r in ref if r.status != "skipped" and _repeat(r) == 0]
         self.workload = runs[0].spec.workload
+        # The other precisions of the same entry, backend and amp (a rule may compare with BF16).
+        self._siblings = siblings or {}
+
+    def reference(self, precision: str) -> list[RunResult]:
+        """The primary runs of ``precision`` that this subject is compared with."""
+        if precision == "fp32":
+            return self.ref
+        return [r for r in self._siblings.get(precision, []) if r.status != "skipped" and _repeat(r) == 0]
 
     def completed(self, runs: list[RunResult] | None = None) -> list[RunResult]:
         return [r for r in (self.primary if runs is None else runs) if r.status == "completed"]
@@ -127,7 +136,13 @@ def _capped_summary(group: _Group, capped: list[str], why: str) -> str:
 
 
 def check_accuracy_parity(rule: R.AccuracyParity, g: _Group) -> Verdict | None:
+    if rule.reference == g.subject.precision:
+        return None  # a precision is not compared with itself
     margin = rule.threshold(g.subject.workload, g.workload)
+    ref_runs = g.reference(rule.reference)
+    if rule.reference != "fp32" and not ref_runs:
+        return _verdict(rule, g, "INCONCLUSIVE", f"no {rule.reference} runs of this entry to compare with: "
+                        f"add {rule.reference} to the suite's precisions", reference=rule.reference)
     failed = _failed(g.primary)
     if failed:
         f = failed[0]
@@ -137,22 +152,25 @@ def check_accuracy_parity(rule: R.AccuracyParity, g: _Group) -> Verdict | None:
     if capped:
         return _verdict(rule, g, "INCONCLUSIVE", _capped_summary(g, capped, ": final metrics are not comparable"),
                         runs=capped)
-    low, ref = g.by_seed(g.completed()), g.by_seed(g.completed(g.ref))
+    low, ref = g.by_seed(g.completed()), g.by_seed(g.completed(ref_runs))
     seeds = sorted(set(low) & set(ref))
     pairs = {s: (low[s].final_metric, ref[s].final_metric) for s in seeds}
     if len(seeds) < rule.min_seeds:
         return _verdict(rule, g, "INCONCLUSIVE", f"{len(seeds)} seed(s) with both precisions completed; the "
                         f"rule needs at least {rule.min_seeds}", n=len(seeds), min_seeds=rule.min_seeds,
-                        pairs=pairs, margin=margin)
+                        pairs=pairs, margin=margin, reference=rule.reference)
     # completed runs: their final metrics are set
     t = paired_tost([cast(float, pairs[s][0]) for s in seeds], [cast(float, pairs[s][1]) for s in seeds],
                     margin, rule.alpha)
     ci = f"{100 * (1 - 2 * rule.alpha):.0f}% CI [{t.ci_low:+.4f}, {t.ci_high:+.4f}]"
     text = f"mean difference {t.mean_diff:+.4f} over {t.n} seeds, {ci}, margin ±{margin:g}, TOST p={t.p_value:.3g}"
+    if rule.reference != "fp32":
+        text = f"vs {rule.reference}: {text}"
     status: Status = "PASS" if t.equivalent else "FAIL" if t.outside else "INCONCLUSIVE"
     if status == "INCONCLUSIVE":
         text += " (the interval crosses the margin: more seeds would decide)"
-    return _verdict(rule, g, status, text, tost=t.as_dict(), pairs=pairs, metric=g.completed()[0].metric)
+    return _verdict(rule, g, status, text, tost=t.as_dict(), pairs=pairs, metric=g.completed()[0].metric,
+                    reference=rule.reference)
 
 
 def check_convergence(rule: R.Convergence, g: _Group) -> Verdict | None:
@@ -395,6 +413,33 @@ def check_compile_health(rule: R.CompileHealth, g: _Group) -> Verdict | None:
                     runs=stats)
 
 
+def check_fp8_health(rule: R.Fp8Health, g: _Group) -> Verdict | None:
+    """FP8's overflow and its unsafe layers, from each run's eligibility map."""
+    runs = [r for r in g.all if r.fp8 is not None and r.fp8.converted_layers]
+    if not runs:
+        return None
+    limit = int(rule.threshold(g.subject.workload, g.workload))
+    nonfinite = {r.run_id: r.fp8.nonfinite_amax_steps for r in runs if r.fp8}
+    unsafe = sorted({layer.name for r in runs if r.fp8 for layer in r.fp8.layers
+                     if layer.converted and layer.verdict == "unsafe"})
+    review = sorted({layer.name for r in runs if r.fp8 for layer in r.fp8.layers
+                     if layer.converted and layer.verdict == "review"})
+    worst = max(nonfinite.values())
+    recipe = runs[0].fp8.recipe if runs[0].fp8 else "?"
+    problems = []
+    if worst > limit:
+        problems.append(f"up to {worst} layer-step(s) with a non-finite FP8 amax (limit {limit})")
+    if len(unsafe) > rule.max_unsafe_layers:
+        problems.append(f"{len(unsafe)} converted layer(s) unsafe in FP8: {', '.join(unsafe[:5])}"
+                        f" (limit {rule.max_unsafe_layers})")
+    status: Status = "FAIL" if problems else "PASS"
+    text = "; ".join(problems) if problems else (
+        f"{recipe}: no non-finite amax in {len(runs)} run(s); no converted layer unsafe"
+        + (f"; to review: {', '.join(review[:5])}" if review else ""))
+    return _verdict(rule, g, status, text, nonfinite_amax_steps=nonfinite, unsafe_layers=unsafe,
+                    review_layers=review, max_nonfinite_steps=limit, max_unsafe_layers=rule.max_unsafe_layers)
+
+
 CHECK_FUNCTIONS: dict[str, Callable[[Any, _Group], Verdict | None]] = {
     "accuracy_parity": check_accuracy_parity,
     "convergence": check_convergence,
@@ -407,6 +452,7 @@ CHECK_FUNCTIONS: dict[str, Callable[[Any, _Group], Verdict | None]] = {
     "memory_ratio": check_memory_ratio,
     "precision_disclosure": check_precision_disclosure,
     "compile_health": check_compile_health,
+    "fp8_health": check_fp8_health,
 }
 
 
@@ -423,7 +469,8 @@ def evaluate(results: Iterable[RunResult], pack: R.RulePack) -> Certificate:
         label, backend, amp, precision = key
         runs = groups[key]
         subject = Subject(workload=label, backend=backend, amp=amp, precision=precision)
-        group = _Group(subject, runs, groups.get(reference_key(key), []))
+        siblings = {p: groups.get((label, backend, amp, p), []) for p in ("bf16",)}
+        group = _Group(subject, runs, groups.get(reference_key(key), []), siblings)
         for rule in pack.rules:
             if not rule.applies_to.matches(label, runs[0].spec.workload, backend, amp, precision):
                 continue

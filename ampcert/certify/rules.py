@@ -80,6 +80,9 @@ class AccuracyParity(_Rule):
     margin: float = Field(gt=0)
     alpha: float = Field(0.05, gt=0, lt=0.5)
     min_seeds: int = Field(3, ge=2)
+    # The precision compared with: FP32 (the default), or BF16 (FP8 against
+    # the precision it replaces); same entry, backend and amp, paired by seed.
+    reference: Literal["fp32", "bf16"] = "fp32"
     threshold_field: ClassVar[str] = "margin"
 
 
@@ -145,6 +148,17 @@ class CompileHealth(_Rule):
     threshold_field: ClassVar[str] = "max_graph_breaks"
 
 
+class Fp8Health(_Rule):
+    """fp8/mxfp8 runs: FP8's overflow (steps where an FP8 operand held inf or
+    NaN, so its amax and scale were not finite) and the converted layers the
+    eligibility map calls unsafe; no verdict for runs without FP8 layers."""
+
+    check: Literal["fp8_health"]
+    max_nonfinite_steps: int = Field(0, ge=0)
+    max_unsafe_layers: int = Field(0, ge=0)
+    threshold_field: ClassVar[str] = "max_nonfinite_steps"
+
+
 class PrecisionDisclosure(_Rule):
     """The suite's declared MLPerf precision disclosure (``submission.lowest_precision``)
     against what each run measured; no verdict where nothing is declared."""
@@ -154,11 +168,12 @@ class PrecisionDisclosure(_Rule):
 
 Rule = Annotated[
     AccuracyParity | Convergence | Determinism | SeedSpread | ScalerSkipRate | ScalerFloor | NonFiniteLoss | Speedup
-    | MemoryRatio | PrecisionDisclosure | CompileHealth,
+    | MemoryRatio | PrecisionDisclosure | CompileHealth | Fp8Health,
     Field(discriminator="check"),
 ]
 CHECKS = ("accuracy_parity", "convergence", "determinism", "seed_spread", "scaler_skip_rate",
-          "scaler_floor", "nonfinite_loss", "speedup", "memory_ratio", "precision_disclosure", "compile_health")
+          "scaler_floor", "nonfinite_loss", "speedup", "memory_ratio", "precision_disclosure", "compile_health",
+          "fp8_health")
 
 
 class RulePack(_Strict):

@@ -312,6 +312,32 @@ def audit(
 
 
 @app.command()
+def screen(
+    workload: str = typer.Argument(..., help="workload name (built-in, plugin) or import path 'pkg.mod:attr'"),
+    params: str | None = typer.Option(None, "--params", help="the workload's params as YAML, e.g. '{size: tiny}'"),
+    precision: str = typer.Option("fp8", "--precision", help="fp8 or mxfp8"),
+    recipe: str = typer.Option("tensorwise", "--recipe", help="fp8's recipe: tensorwise, rowwise or rowwise_with_gw_hp"),
+    steps: int = typer.Option(3, "--steps", help="training steps to measure (each one recorded)"),
+    include: list[str] = typer.Option([], "--include", help="module-name pattern to convert (repeatable)"),
+    exclude: list[str] = typer.Option([], "--exclude", help="module-name pattern to keep in bf16 (repeatable)"),
+    first_last: bool = typer.Option(False, "--first-last", help="let the first and last Linear layers convert"),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
+    seed: int = typer.Option(0, "--seed"),
+    as_json: bool = typer.Option(False, "--json", help="print the map as JSON on stdout (messages go to stderr)"),
+) -> None:
+    """The per-layer FP8 eligibility map of a workload's model, without a run.
+
+    Trains a few steps with the policy's Linear layers in FP8 (emulated where
+    the device has no FP8 units) and measures every Linear layer: amax,
+    underflow and saturation of its FP8 operands, its output's relative error
+    against bf16, and a verdict (safe, review, unsafe). Exit 2 on bad input."""
+    _setup_output(as_json)
+    result = session.screen_fp8(workload, params, precision, recipe, steps, include, exclude, first_last,
+                                device, seed)
+    print_json(views.screen_json(result)) if as_json else views.print_screen(console, result)
+
+
+@app.command()
 def compare(
     baseline: Path = typer.Argument(..., help="the baseline: a report.json or a results folder"),
     new: Path = typer.Argument(..., help="the candidate: a report.json or a results folder"),

@@ -235,6 +235,39 @@ def print_audit_verdict(console: Console, audit) -> None:
                       f"{', '.join(bad)}", markup=False)
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2%}"
+
+
+def print_screen(console: Console, screen) -> None:
+    """The eligibility map: one row per Linear layer."""
+    line(console, f"{screen.workload}: {screen.precision} ({screen.implementation}), {screen.steps} step(s) "
+                  f"on {screen.device}")
+    print_fp8_layers(console, screen.layers)
+
+
+def print_fp8_layers(console: Console, layers: list[dict[str, Any]]) -> None:
+    colour = {"safe": "green", "review": "yellow", "unsafe": "bold red"}
+    print_table(console, [Col("layer"), Col("in x out", "right"), Col("fp8"), Col("verdict"),
+                          Col("rel err vs bf16", "right"), Col("underflow in/w/grad", "right"),
+                          Col("amax in/w/grad", "right"), Col("why")],
+                [[layer["name"], f"{layer['in_features']}x{layer['out_features']}",
+                  "yes" if layer["converted"] else "no",
+                  (layer["verdict"], colour.get(layer["verdict"], "")),
+                  fmt(layer["rel_error_vs_bf16"], 3),
+                  " / ".join(_pct(layer["underflow"].get(r)) for r in ("input", "weight", "grad_output")),
+                  " / ".join(fmt(layer["amax"][r][-1] if layer["amax"].get(r) else None, 3)
+                             for r in ("input", "weight", "grad_output")),
+                  layer["why"] if layer["converted"] else f"{layer['reason']}; what-if: {layer['why']}"]
+                 for layer in layers])
+
+
+def screen_json(screen) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(screen)
+
+
 def print_violations(console: Console, checked) -> None:
     # One line per violation, as compilers print them: editors and grep read these.
     for _, violations in checked.logs:

@@ -122,6 +122,49 @@ class Report(_Model):
         """The fingerprint as a reader wants it (report.html's environment table)."""
         return environment_facts(self.environment)
 
+    def fp8_maps(self) -> list[dict[str, Any]]:
+        """report.html's eligibility maps: per (entry, amp, precision) of fp8/mxfp8
+        runs, each layer's worst figures over the group's seeds."""
+        return fp8_maps(self.runs)
+
+
+_VERDICT_ORDER = ("safe", "unmeasured", "review", "unsafe")
+
+
+def fp8_maps(runs: list[RunResult]) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, str, str], list[RunResult]] = {}
+    for r in runs:
+        if r.fp8 is not None:
+            groups.setdefault((r.spec.label, r.spec.amp, r.spec.precision), []).append(r)
+    maps = []
+    for (label, amp, precision), members in sorted(groups.items()):
+        layers: dict[str, dict[str, Any]] = {}
+        for r in members:
+            assert r.fp8 is not None
+            for layer in r.fp8.layers:
+                row = layers.setdefault(layer.name, {"name": layer.name, "dims": f"{layer.in_features}x{layer.out_features}",
+                                                     "converted": layer.converted, "reason": layer.reason,
+                                                     "verdict": "safe", "why": layer.why, "rel_error": None,
+                                                     "underflow": {}, "amax": {}, "nonfinite": 0})
+                if _VERDICT_ORDER.index(layer.verdict) >= _VERDICT_ORDER.index(row["verdict"]):
+                    row["verdict"], row["why"] = layer.verdict, layer.why
+                row["rel_error"] = _max(row["rel_error"], layer.rel_error_vs_bf16)
+                for role, value in layer.underflow.items():
+                    row["underflow"][role] = _max(row["underflow"].get(role), value)
+                for role, history in layer.amax.items():
+                    row["amax"][role] = _max(row["amax"].get(role), max(history) if history else None)
+                row["nonfinite"] += layer.nonfinite_steps or 0
+        first = members[0].fp8
+        assert first is not None
+        maps.append({"label": label, "amp": amp, "precision": precision, "recipe": first.recipe,
+                     "implementation": first.implementation, "matmuls": first.matmuls, "runs": len(members),
+                     "layers": list(layers.values())})
+    return maps
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
 
 # --------------------------------------------------------------------------- install paths
 

@@ -120,6 +120,23 @@ class Plan:
     device: str
 
 
+def check_fp8_layers(runs: list[RunSpec]) -> None:
+    """Refuse, before any run, an FP8 layer policy that names a layer its
+    recipe cannot take: each fp8/mxfp8 entry's model is built once (on the
+    CPU, seed 0: only its shapes matter) and its layers planned."""
+    seen: set[tuple[str, str]] = set()
+    for run in runs:
+        if run.fp8 is None or (run.label, run.precision) in seen:
+            continue
+        seen.add((run.label, run.precision))
+        from ampcert.backends import torch_fp8
+        from ampcert.workloads import registry
+
+        workload = registry.get(run.workload)
+        task = workload.build(workload.Params.model_validate(run.params), 0, "cpu")
+        torch_fp8.check_layers(task.model, run.precision, run.fp8, f"workload {run.label!r}, precision {run.precision}")
+
+
 def plan_suite(suite_path: str | Path) -> Plan:
     from ampcert.backends.capability import probe
 
@@ -134,6 +151,7 @@ def plan_suite(suite_path: str | Path) -> Plan:
         min_seeds, repeats = pack.min_seeds(), pack.repeats()
     device = resolve_device(suite.device, suite.backend)
     runs = expand(suite, device, min_seeds=min_seeds, repeats=repeats)
+    check_fp8_layers(runs)
     precisions = sorted({r.precision for r in runs})
     capabilities = probe(device, precisions, backend=suite.backend)
     submission = suite.submission

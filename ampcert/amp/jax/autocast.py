@@ -76,7 +76,7 @@ from jax.extend import linear_util as lu
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, jaxpr_as_fun, jaxprs_in_params
 
 from ..policy import OpPolicy, PolicyError, load_policy, shipped_policy
-from ..precision import LOW_PRECISIONS, PRECISIONS, dtype_name
+from ..precision import AUTOCAST_PRECISIONS, LOW_PRECISIONS, dtype_name
 from .compat import Region, eqn_context, region_for
 from .primitives import SAME_DTYPE
 
@@ -86,7 +86,7 @@ _F32 = np.dtype(np.float32)
 #: The dtypes of the precisions (one table for torch and JAX: :mod:`ampcert.amp.precision`):
 #: the low ones autocast runs in, and every one it casts between.
 _LOW = tuple(np.dtype(jnp.dtype(dtype_name(p))) for p in LOW_PRECISIONS)
-_CASTABLE = frozenset(np.dtype(jnp.dtype(dtype_name(p))) for p in PRECISIONS)
+_CASTABLE = frozenset(np.dtype(jnp.dtype(dtype_name(p))) for p in AUTOCAST_PRECISIONS)
 
 
 def jax_policy(policy: OpPolicy | str | None = None) -> OpPolicy:
