@@ -108,25 +108,51 @@ def _torchao_real(precision: str) -> bool:
     return (major, minor) >= ((10, 0) if precision == "mxfp8" else (8, 9))
 
 
+def _quiet_torchao() -> None:
+    """torchao's import logs a warning per CUDA extension it cannot load (all of
+    them on a CPU machine) and torch one per enum torchao registers: noise in
+    every worker's stderr, not news."""
+    logging.getLogger("torchao").setLevel(logging.ERROR)
+    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
+
+
+def _mxfp8_linear_class() -> type:
+    """torchao's MXFP8Linear, taking the weight in the input's dtype: its emulated
+    gemm multiplies both operands in one dtype, and an fp8 run keeps fp32 master
+    weights under bf16 compute (torchtitan gets bf16 weights from FSDP's
+    mixed precision; this is the same cast, done per step)."""
+    from torchao.prototype.moe_training.mxfp8_linear import MXFP8Linear, _to_mxfp8_then_scaled_mm
+
+    class MXFP8LinearComputeDtype(MXFP8Linear):
+        def forward(self, input: torch.Tensor) -> torch.Tensor:
+            output = _to_mxfp8_then_scaled_mm(input, self.weight.to(input.dtype),
+                                              kernel_preference=self.kernel_preference,
+                                              scale_calculation_mode=self.scale_calculation_mode,
+                                              wgrad_with_hp=self.wgrad_with_hp)
+            return output + self.bias.to(output.dtype) if self.bias is not None else output
+
+    return MXFP8LinearComputeDtype
+
+
 def _convert_torchao(model: torch.nn.Module, recipe: Recipe, plans: list[LayerPlan], device: str) -> str:
     """Swap the planned layers for torchao's own FP8 Linear."""
     if not torchao_installed():
         raise UserError("`amp: native` with an FP8 precision trains torchao's Float8Linear: "
                         "install it with `pip install 'ampcert[fp8]'`")
-    logging.getLogger("torchao").setLevel(logging.ERROR)
+    _quiet_torchao()
     names = {p.name for p in plans if p.convert}
     real = device == "cuda" and _torchao_real(recipe.precision)
     if recipe.precision == "mxfp8":
-        from torchao.prototype.moe_training.mxfp8_linear import MXFP8Linear
         from torchao.prototype.mx_formats.config import ScaleCalculationMode
         from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
 
+        layer_class = _mxfp8_linear_class()
         for name in sorted(names):
             parent_name, _, child = name.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model
             old = getattr(parent, child)
             with torch.device("meta"):
-                new = MXFP8Linear(old.in_features, old.out_features, bias=False,
+                new = layer_class(old.in_features, old.out_features, bias=False,
                                   kernel_preference=KernelPreference.AUTO if real else KernelPreference.EMULATED,
                                   scale_calculation_mode=ScaleCalculationMode.RCEIL)
             new.weight, new.bias = old.weight, old.bias

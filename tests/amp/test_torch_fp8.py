@@ -275,21 +275,29 @@ def test_verdict_thresholds():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "rowwise_with_gw_hp"])
-def test_real_fp8_on_the_gpu_matches_torchaos_real_fp8(recipe):
-    """Where the GPU has FP8 tensor cores: the matmuls run through torch._scaled_mm,
-    operand casts as in the emulation; the results are torchao's real Float8Linear's,
-    and within FP8's rounding of the emulation."""
+def test_real_fp8_on_the_gpu_runs_scaled_mm_and_agrees_with_torchao(recipe, monkeypatch):
+    """Where the GPU has FP8 tensor cores: all three matmuls go to torch._scaled_mm,
+    the results agree with torchao's real Float8Linear (same casts, same kernel; the
+    tolerance allows for a different cuBLAS algorithm choice), and with the emulation
+    within FP8's rounding."""
     from ampcert.amp.torch_fp8 import has_fp8_tensor_cores
 
     real, why = has_fp8_tensor_cores("fp8")
     if not real:
         pytest.skip(why)
+    calls = []
+    scaled_mm = torch._scaled_mm
+    monkeypatch.setattr(torch, "_scaled_mm", lambda *a, **k: calls.append(a[0].dtype) or scaled_mm(*a, **k))
     torch.manual_seed(8)
     linear = torch.nn.Linear(256, 512, device="cuda")
     x = torch.randn(4, 64, 256, device="cuda", dtype=torch.bfloat16)
     ours = _step(Fp8Linear.from_linear(copy.deepcopy(linear), RECIPES[recipe], real=True), x)
+    assert len(calls) == (2 if recipe == "rowwise_with_gw_hp" else 3)  # gw_hp: grad_weight in bf16
+    assert all(dtype in (torch.float8_e4m3fn, torch.float8_e5m2) for dtype in calls)
+    monkeypatch.setattr(torch, "_scaled_mm", scaled_mm)
     theirs = _step(_torchao_layer(linear, recipe, "cuda", emulate=False), x)
     emulated = _step(Fp8Linear.from_linear(copy.deepcopy(linear), RECIPES[recipe]), x)
     for a, b, e in zip(ours, theirs, emulated, strict=True):
-        assert torch.equal(a, b)
-        assert torch.allclose(a.float(), e.float(), rtol=0.1, atol=1e-2 * e.float().abs().max().item())
+        scale = e.float().abs().max().item()
+        assert torch.allclose(a.float(), b.float(), rtol=1e-2, atol=1e-3 * scale)
+        assert torch.allclose(a.float(), e.float(), rtol=0.1, atol=1e-2 * scale)

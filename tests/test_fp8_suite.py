@@ -1,0 +1,125 @@
+"""FP8 end to end: the shipped suites/fp8.yaml on the CPU (emulated), its
+verdicts and eligibility map; torchao's layers under `amp: native`; `ampcert
+screen`; and the bad input FP8 adds (JAX, a layer the recipe cannot take)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import REPO, assert_one_line_error, run_cli
+
+pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def fp8_suite(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fp8") / "results"
+    proc = run_cli("run", REPO / "suites" / "fp8.yaml", "--out", out, timeout=900)
+    return proc, out
+
+
+def test_the_shipped_suite_certifies_fp8_and_maps_its_layers(fp8_suite):
+    proc, out = fp8_suite
+    # Exit 1 is a certificate that did not pass (the tiny budget leaves parity to chance); 2 would be an error.
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    verdicts = json.loads((out / "verdicts.json").read_text())
+    by = {(v["subject"]["precision"], v["rule"]): v for v in verdicts["verdicts"]}
+    for precision in ("fp8", "mxfp8"):
+        assert by[(precision, "fp8.health")]["status"] == "PASS", by[(precision, "fp8.health")]
+        assert by[(precision, "determinism.repeat_run")]["status"] == "PASS"
+        for rule, reference in (("parity.vs_fp32", "fp32"), ("parity.vs_bf16", "bf16")):
+            v = by[(precision, rule)]
+            assert v["evidence"]["reference"] == reference and len(v["evidence"]["pairs"]) == 3, v
+    assert ("bf16", "parity.vs_bf16") not in by  # bf16 is not compared with itself
+
+    runs = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/result.json"))]
+    fp8_runs = [r for r in runs if r["spec"]["precision"] in ("fp8", "mxfp8")]
+    assert len(fp8_runs) == 8 and all(r["status"] == "completed" for r in fp8_runs)
+    for r in fp8_runs:
+        f = r["fp8"]
+        assert f["matmuls"] == "emulated" and f["converted_layers"] == 7 and f["linear_layers"] == 9
+        assert r["lowest_precision"]["linear"] == "fp8"
+        assert not r["accelerated"] and "not meaningful" in r["capability_note"]
+        layers = {layer["name"]: layer for layer in f["layers"]}
+        assert not layers["head"]["converted"] and "first or last" in layers["head"]["reason"]
+        middle = layers["blocks.0.mlp.fc"]
+        assert middle["converted"] and middle["recorded_steps"] == [1, 20, 40]
+        assert len(middle["amax"]["input"]) == 3 and len(middle["amax"]["grad_output"]) == 3
+        assert 0 < middle["rel_error_vs_bf16"] < 0.1 and middle["verdict"] == "safe"
+    assert all("fp8" not in r for r in runs if r["spec"]["precision"] in ("fp32", "bf16"))
+    html = (out / "report.html").read_text()
+    assert "FP8 eligibility map" in html and "blocks.0.mlp.fc" in html and "what-if" in html
+    report = json.loads((out / "report.json").read_text())
+    assert any(r.get("fp8") for r in report["runs"])
+
+
+def test_native_amp_trains_torchaos_fp8_layers(write_suite, tmp_path):
+    pytest.importorskip("torchao")
+    suite = write_suite("""
+        name: fp8-native
+        amp: native
+        device: cpu
+        precisions: [fp8, mxfp8]
+        fp8: {recipe: rowwise}
+        workloads:
+          - workload: gpt
+            params: {size: tiny}
+            train: {steps: 4, eval_every: 4}
+    """)
+    proc = run_cli("run", suite, "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for p in (tmp_path / "out" / "runs").glob("*/result.json"):
+        r = json.loads(p.read_text())
+        assert r["status"] == "completed", r["reason"]
+        impl = r["fp8"]["implementation"]
+        assert impl.startswith("torchao MXFP8Linear" if r["spec"]["precision"] == "mxfp8"
+                               else "torchao Float8Linear (rowwise")
+        assert r["fp8"]["converted_layers"] == 7
+
+
+def test_fp8_on_a_jax_suite_is_one_line(write_suite, tmp_path):
+    suite = write_suite("""
+        name: jax-fp8
+        backend: jax
+        amp: ampcert
+        precisions: [fp32, fp8]
+        workloads:
+          - workload: digits
+    """)
+    proc = run_cli("run", suite, "--out", tmp_path / "out")
+    assert_one_line_error(proc, "precision fp8 is not supported by the JAX backend", "backend: torch")
+    assert not (tmp_path / "out").exists()
+
+
+def test_mxfp8_with_a_layer_off_the_block_is_named_before_any_run(write_suite, tmp_path):
+    suite = write_suite("""
+        name: mx-bad
+        amp: ampcert
+        device: cpu
+        precisions: [fp32, mxfp8]
+        fp8: {include: ["head.1"]}
+        workloads:
+          - workload: digits
+            params: {hidden: 48}
+    """)
+    proc = run_cli("run", suite, "--out", tmp_path / "out")
+    assert_one_line_error(proc, "workload 'digits', precision mxfp8", "layer 'head.1' (512x48)",
+                          "divide by 32")
+    assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_screen_prints_the_map_and_refuses_bad_input():
+    proc = run_cli("screen", "gpt", "--params", "{size: tiny}", "--steps", "2", "--recipe", "rowwise", "--json")
+    assert proc.returncode == 0, proc.stderr
+    screen = json.loads(proc.stdout)
+    assert screen["recipe"] == "rowwise" and screen["steps"] == 2
+    layers = {layer["name"]: layer for layer in screen["layers"]}
+    assert len(layers) == 9 and sum(layer["converted"] for layer in layers.values()) == 7
+    assert all(layer["recorded_steps"] == [1, 2] for layer in layers.values())
+    assert all(layer["verdict"] in ("safe", "review") for layer in layers.values())
+    assert_one_line_error(run_cli("screen", "gpt", "--precision", "fp4"), "--precision", "fp4")
+    assert_one_line_error(run_cli("screen", "gpt", "--params", "{size: huge}"), "--params")
+    assert_one_line_error(run_cli("screen", "digits", "--params", "{hidden: 48}", "--precision", "mxfp8",
+                                  "--include", "head.1"), "layer 'head.1'")
