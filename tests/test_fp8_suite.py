@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import REPO, assert_one_line_error, run_cli
 
 pytest.importorskip("torch")

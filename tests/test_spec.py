@@ -54,7 +54,7 @@ def test_explicit_default_param_gives_same_id(write_suite):
     "text, expected",
     [
         ("name: t\nworkloads: [{workload: nosuch}]\n", "workloads[0](nosuch): unknown workload 'nosuch'"),
-        ("name: t\nprecisions: [fp8]\nworkloads: [{workload: digits}]\n", "precisions[0]: got 'fp8'"),
+        ("name: t\nprecisions: [fp4]\nworkloads: [{workload: digits}]\n", "precisions[0]: got 'fp4'"),
         ("name: t\ntrain: {steps: -3}\nworkloads: [{workload: digits}]\n", "train.steps: Input should be greater than 0"),
         ("name: t\nworkloads: [{workload: digits}, {workload: digits}]\n", "duplicate workload entry 'digits'"),
         ("name: t\nworkloads: [{workload: digits, params: {wdith: 3}}]\n", "params: wdith: unknown field"),
