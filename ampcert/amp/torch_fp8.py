@@ -270,6 +270,10 @@ class _Fp8Matmul(torch.autograd.Function):
         return grad_input, grad_weight.t(), None, None
 
 
+class LayerPolicyError(ValueError):
+    """A layer the policy names cannot be converted (its message names it)."""
+
+
 class Fp8Linear(torch.nn.Linear):
     """A ``torch.nn.Linear`` whose matmuls run in FP8 per ``recipe``; the bias is
     added in the output's dtype. ``compute_dtype`` (bf16 in ampcert's fp8
@@ -279,18 +283,24 @@ class Fp8Linear(torch.nn.Linear):
     recipe: Recipe
     real: bool
     compute_dtype: torch.dtype | None
+    layer_name: str
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, recipe: Recipe, *, real: bool = False,
-                    compute_dtype: torch.dtype | None = None) -> Fp8Linear:
+                    compute_dtype: torch.dtype | None = None, name: str = "") -> Fp8Linear:
         with torch.device("meta"):
             new = cls(linear.in_features, linear.out_features, bias=False)
         new.weight, new.bias = linear.weight, linear.bias  # the same Parameters
-        new.recipe, new.real, new.compute_dtype = recipe, real, compute_dtype
+        new.recipe, new.real, new.compute_dtype, new.layer_name = recipe, real, compute_dtype, name
         new.train(linear.training)
         return new
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        tokens = input.numel() // max(input.shape[-1], 1)
+        if self.recipe.input.granularity == "block" and torch.is_grad_enabled() and tokens % MX_BLOCK:
+            # grad_weight's MX blocks run along the tokens: a batch that does not fill them cannot train.
+            raise LayerPolicyError(f"layer {self.layer_name or 'Linear'!r}: mxfp8 needs the tokens of a batch "
+                                   f"({tokens}) to divide by {MX_BLOCK}")
         if self.compute_dtype is not None:
             input = input.to(self.compute_dtype)
         output = _Fp8Matmul.apply(input, self.weight.t(), self.recipe, self.real)
@@ -312,10 +322,6 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
 
 
 # ----------------------------------------------------------------------------- which layers
-class LayerPolicyError(ValueError):
-    """A layer the policy names cannot be converted (its message names it)."""
-
-
 @dataclass(frozen=True)
 class LayerPolicy:
     """Which Linear layers convert: by default those whose dimensions divide
@@ -391,7 +397,7 @@ def convert(model: torch.nn.Module, recipe: Recipe, policy: LayerPolicy, *, real
             parent_name, _, child = plan.name.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model
             setattr(parent, child, Fp8Linear.from_linear(getattr(parent, child), recipe, real=real,
-                                                         compute_dtype=compute_dtype))
+                                                         compute_dtype=compute_dtype, name=plan.name))
     return plans
 
 

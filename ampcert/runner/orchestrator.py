@@ -132,6 +132,10 @@ def check_fp8_layers(runs: list[RunSpec]) -> None:
         from ampcert.backends import torch_fp8
         from ampcert.workloads import registry
 
+        if run.amp == "native" and not torch_fp8.torchao_installed():
+            raise UserError(f"workload {run.label!r}, precision {run.precision}: `amp: native` trains torchao's "
+                            "FP8 layers, and torchao is not installed: `pip install 'ampcert[fp8]'`")
+
         workload = registry.get(run.workload)
         task = workload.build(workload.Params.model_validate(run.params), 0, "cpu")
         torch_fp8.check_layers(task.model, run.precision, run.fp8, f"workload {run.label!r}, precision {run.precision}")

@@ -197,6 +197,16 @@ def test_an_included_layer_the_recipe_cannot_take_is_named():
         plan_layers(_Net(), RECIPES["tensorwise"], LayerPolicy(include=("block.*",)))
 
 
+def test_mxfp8_names_the_layer_when_a_batch_does_not_fill_its_blocks():
+    net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
+    convert(net, RECIPES["mxfp8"], LayerPolicy())
+    net(torch.randn(64, 64))
+    with torch.no_grad():
+        net(torch.randn(40, 64))  # evaluation has no grad_weight, so no blocks along tokens
+    with pytest.raises(LayerPolicyError, match=r"layer '1': mxfp8 needs the tokens of a batch \(40\) to divide by 32"):
+        net(torch.randn(40, 64))
+
+
 def test_convert_keeps_the_parameters():
     net = _Net()
     before = [id(p) for p in net.parameters()]
