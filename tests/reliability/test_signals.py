@@ -50,7 +50,9 @@ device: cpu
 precisions: [fp32]
 seeds: [0]
 train: {steps: 4, eval_every: 2}
-timeout_s: 120
+# The gate run waits at step 2 until the test opens its gate: its timeout must outlast the
+# slowest chain reaching that point on a busy machine (120 s did not, beside a CPU-heavy test).
+timeout_s: 600
 workloads:
   - workload: digits
   - workload: "reliability.rel_faults:gate"
