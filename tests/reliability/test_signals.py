@@ -43,11 +43,6 @@ from rel_lab import wait_group_gone
 
 from ampcert.results import ResultsDir, load
 
-# Serial: four chains of `ampcert run` are signalled at moments they must reach in time; beside a
-# CPU-heavy test on the other core (a 16-run suite), CI saw a gate run outlast its timeout before
-# the signal, and an orchestrator still running 300 s after one. Alone, the module takes ~45 s.
-pytestmark = pytest.mark.serial
-
 SUITE = """\
 name: signals
 description: signals to a running suite (tests/reliability/test_signals.py)
