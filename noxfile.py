@@ -5,6 +5,7 @@
   each in a venv without torch (`.ci/run` runs both).
 - `torch_current`: the torch AMP tests, the audit and a tiny suite on torch 2.14.1 (~5.5 GB venv).
 - `gpu`: the gpu-marked tests on a CUDA machine; `browser`: report.html in headless Chromium;
+  `slurm`: `--executor slurm` on a real single-node Slurm (Debian's daemons, started as root);
   `bench`: every script in benchmarks/.
 """
 
@@ -103,6 +104,97 @@ def bench(session: nox.Session) -> None:
     session.install(CPU_TORCH, "-e", ".[dev]")
     for script in sorted(__import__("pathlib").Path("benchmarks").glob("*.py")):
         session.run("python", str(script))
+
+
+# A single-node Slurm for `nox -s slurm`: Debian's slurmctld, slurmd and munge, started
+# by the session as root (their state under a scratch folder), stopped at its end.
+SLURM_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
+SLURM_CONF = """\
+ClusterName=ampcert
+SlurmctldHost={host}
+AuthType=auth/munge
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SlurmctldPidFile={state}/slurmctld.pid
+SlurmdPidFile={state}/slurmd.pid
+StateSaveLocation={state}/ctld
+SlurmdSpoolDir={state}/spool
+SlurmctldLogFile={state}/slurmctld.log
+SlurmdLogFile={state}/slurmd.log
+SlurmctldPort={ctld_port}
+SlurmdPort={d_port}
+NodeName={host} CPUs={cpus} RealMemory=1000 State=UNKNOWN
+PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+@nox.session
+def slurm(session: nox.Session) -> None:
+    """`ampcert run --executor slurm` against a real single-node Slurm: installs Debian's
+    slurmctld, slurmd and munge where missing (apt-get, as root), starts munged, slurmctld
+    and slurmd with a scratch configuration (SLURM_CONF), waits for the node to be idle,
+    runs the slurm-marked tests (tests/fleet: a suite through sbatch job arrays, held to a
+    local run), then stops the daemons. Not a default session (root, apt, daemons)."""
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import tempfile
+    import time
+
+    if os.geteuid() != 0:
+        session.error("nox -s slurm starts Slurm's daemons: run it as root (a CI machine or a container)")
+    if not all(shutil.which(b) for b in ("slurmctld", "slurmd", "sbatch", "munged")):
+        session.run("apt-get", "update", "-q", external=True)
+        session.run("apt-get", "install", "-y", "-q", *SLURM_PACKAGES, external=True,
+                    env={"DEBIAN_FRONTEND": "noninteractive"})
+    session.install(CPU_TORCH, "-e", ".[dev]")
+    state = tempfile.mkdtemp(prefix="ampcert-slurm-")
+    host = socket.gethostname().split(".")[0]
+    conf = os.path.join(state, "slurm.conf")
+    with open(conf, "w") as fh:
+        fh.write(SLURM_CONF.format(host=host, state=state, cpus=os.cpu_count(), ctld_port=6817, d_port=6818))
+    for sub in ("ctld", "spool"):
+        os.makedirs(os.path.join(state, sub))
+    env = {"SLURM_CONF": conf}
+    if not os.path.exists("/etc/munge/munge.key"):
+        session.run("mungekey", "--create", external=True)  # (Debian's postinst makes one; a container may not)
+    os.makedirs("/run/munge", exist_ok=True)
+    shutil.chown("/run/munge", "munge", "munge")
+    daemons = []
+    try:
+        session.run("runuser", "-u", "munge", "--", "munged", external=True)
+        daemons.append(["pkill", "-x", "munged"])
+        session.run("slurmctld", "-f", conf, external=True, env=env)
+        daemons.append(["pkill", "-x", "slurmctld"])
+        session.run("slurmd", "-f", conf, external=True, env=env)
+        daemons.append(["pkill", "-x", "slurmd"])
+        deadline = time.monotonic() + 60
+        state_now = ""
+        while time.monotonic() < deadline:
+            state_now = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=os.environ | env,
+                                       capture_output=True, text=True).stdout.strip()
+            if state_now == "idle":
+                break
+            time.sleep(1)
+        else:
+            with open(os.path.join(state, "slurmd.log")) as fh:
+                session.error(f"the Slurm node never became idle (sinfo: {state_now!r}):\n{fh.read()[-2000:]}")
+        session.run("pytest", "-m", "slurm", "-p", "no:cacheprovider", *session.posargs, env=env)
+    finally:
+        for stop in reversed(daemons):
+            subprocess.run(stop)
+        shutil.rmtree(state, ignore_errors=True)
 
 
 # ampcert.amp.jax on its own, on the newest and the oldest JAX it supports, each in a

@@ -15,7 +15,12 @@ from ampcert.errors import WriteFailed
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` so that ``path`` holds either the old or the new content,
+    """Write ``text`` (UTF-8, newlines as given) atomically: see :func:`atomic_write_bytes`."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` so that ``path`` holds either the old or the new content,
     never a mix: temp file in the same folder, fsync, rename.
 
     A write that fails (a full disk, a read-only folder) removes its temp file,
@@ -26,9 +31,9 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:  # (closes fd whatever fails below)
+            with os.fdopen(fd, "wb") as fh:  # (closes fd whatever fails below)
                 os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
-                fh.write(text)
+                fh.write(data)
                 fh.flush()  # a full disk shows here or at fsync, before the rename
                 os.fsync(fh.fileno())
             os.replace(tmp, path)

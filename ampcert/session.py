@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ampcert.report.mlperf_export import Exported
     from ampcert.report.sign import Verified
     from ampcert.results import ResultSet, RunResult
+    from ampcert.runner.executors import FleetOptions
     from ampcert.runner.orchestrator import Plan
 
 Event = dict[str, Any]
@@ -39,7 +40,7 @@ OnEvent = Callable[[Event], None]
 
 __all__ = [
     "Finished", "NotVerified", "PlannedRuns", "audit_jax", "audit_torch", "capacity", "catalog", "certify", "check_key", "check_logs",
-    "compare", "environment", "export_mlperf", "finish", "keygen", "merge", "plan_resume", "plan_suite", "report", "resume",
+    "compare", "environment", "export_mlperf", "finish", "fleet_options", "keygen", "merge", "plan_resume", "plan_suite", "report", "resume",
     "run_suite", "shipped_text", "sign", "verify",
 ]
 
@@ -217,15 +218,52 @@ def check_key(sign_key: str | Path | None) -> None:
         load_private_key(sign_key)
 
 
+def fleet_options(**options: Any) -> FleetOptions:
+    """Where runs train (``executor="local"|"ray"|"slurm"`` and that engine's
+    options: see :class:`ampcert.runner.executors.FleetOptions`), checked: a
+    bad combination is one line (UserError) before anything is planned."""
+    from ampcert.runner.executors import FleetOptions
+
+    fleet = FleetOptions(**options)
+    fleet.check()
+    return fleet
+
+
+def _open_fleet(fleet: FleetOptions, root: Path, runs: list, suite_slurm: Any) -> Any:
+    """The cluster engine, connected and checked against the runs, before
+    anything is written: an engine that is missing, unreachable or too small
+    for a run is one line (exit 2) with the folder as it was."""
+    from ampcert.runner.fleet import check_runs
+
+    check_runs(runs, fleet.executor)
+    executor = fleet.open(root, suite_slurm)
+    try:
+        executor.check(runs, fleet.run_cpus)
+    except BaseException:
+        executor.close()
+        raise
+    return executor
+
+
 def _execute(root: Path, runs: list, *, rules: str | None, shard: dict[str, Any] | None, planned: int,
-             retry_failed: bool, sign_key: str | Path | None, on_event: OnEvent | None) -> Finished:
+             retry_failed: bool, sign_key: str | Path | None, on_event: OnEvent | None,
+             fleet: FleetOptions, executor: Any = None) -> Finished:
     from ampcert.runner import orchestrator as orch
 
     # A rule pack judges the whole matrix: a shard's folder is certified once merged.
     certify_later = bool(shard and rules)
+    emit = on_event or (lambda event: None)
     with _lock(root):
         try:
-            orch.execute_plan(root, runs, retry_failed=retry_failed, on_event=on_event or (lambda event: None))
+            if executor is None:
+                orch.execute_plan(root, runs, retry_failed=retry_failed, on_event=emit)
+            else:
+                from ampcert.results import ResultsDir
+                from ampcert.runner.fleet import run_fleet
+
+                todo = orch.pending_runs(ResultsDir(root), runs, retry_failed, emit)
+                run_fleet(root, todo, executor, retries=fleet.run_retries, cpus_per_run=fleet.run_cpus,
+                          total=len(runs), on_event=emit)
             done = _finish_locked(root, rules=rules, certify=bool(rules) and not certify_later, sign_key=sign_key)
         except WriteFailed as exc:
             # Once runs have started, a write that fails (a full disk) fails the command as a
@@ -237,44 +275,76 @@ def _execute(root: Path, runs: list, *, rules: str | None, shard: dict[str, Any]
 
 
 def run_suite(suite: str | Path, out: str | Path | None = None, *, shard: str | None = None,
-              sign_key: str | Path | None = None, on_event: OnEvent | None = None) -> Finished:
+              sign_key: str | Path | None = None, on_event: OnEvent | None = None,
+              fleet: FleetOptions | None = None) -> Finished:
     """Run a suite into a new results folder and finish it (certify, report, sign).
 
     ``out`` defaults to ``reports/<suite>-<time>``; ``shard="i/n"`` runs only that
     shard's runs (join the folders with :func:`merge`); ``on_event`` receives the
-    orchestrator's progress events (dicts with ``type``: plan, start, step, end)."""
+    orchestrator's progress events (dicts with ``kind``: plan, start, step, retry, done);
+    ``fleet`` places the runs on a Ray cluster or under Slurm (docs/fleet.md)."""
     from ampcert.runner import orchestrator as orch
+    from ampcert.runner.executors import FleetOptions
 
+    fleet = fleet or FleetOptions()
     # SIGINT, SIGTERM and SIGHUP end the command with Interrupted (finished runs
     # kept), naming the folder once its plan.json makes it resumable.
     with orch.interruptible():
+        fleet.check()
         check_key(sign_key)
         planned = plan_suite(suite, shard=shard)
         assert planned.plan is not None
         plan = planned.plan
         root = Path(out) if out is not None else orch.default_out_dir(plan.suite.name)
-        orch.prepare_out_dir(root, [r.run_id for r in plan.runs])  # name and path limits, exactly
-        with _lock(root):
-            orch.write_plan(root, plan, planned.shard)
         runs, _ = _shard_of(plan, shard)
-        with orch.interruptible(root):
-            return _execute(root, runs, rules=plan.suite.certify, shard=planned.shard, planned=len(plan.runs),
-                            retry_failed=False, sign_key=sign_key, on_event=on_event)
+        executor = None if fleet.local else _open_fleet(fleet, root, runs, plan.suite.slurm)
+        try:
+            orch.prepare_out_dir(root, [r.run_id for r in plan.runs])  # name and path limits, exactly
+            with _lock(root):
+                orch.write_plan(root, plan, planned.shard)
+            with orch.interruptible(root):
+                return _execute(root, runs, rules=plan.suite.certify, shard=planned.shard, planned=len(plan.runs),
+                                retry_failed=False, sign_key=sign_key, on_event=on_event, fleet=fleet,
+                                executor=executor)
+        finally:
+            if executor is not None:
+                executor.close()
 
 
 def resume(folder: str | Path, *, retry_failed: bool = False, sign_key: str | Path | None = None,
-           on_event: OnEvent | None = None) -> Finished:
+           on_event: OnEvent | None = None, fleet: FleetOptions | None = None) -> Finished:
     """Finish an interrupted results folder: run what has no result (and, with
-    ``retry_failed``, what failed), then finish it as :func:`run_suite` does."""
+    ``retry_failed``, what failed), then finish it as :func:`run_suite` does,
+    with any executor (a folder started locally may be finished on a cluster)."""
     from ampcert.runner import orchestrator as orch
     from ampcert.runner import shard as sharding
+    from ampcert.runner.executors import FleetOptions
 
+    fleet = fleet or FleetOptions()
     with orch.interruptible(Path(folder)):  # a signal: Interrupted, as in run_suite
+        fleet.check()
         check_key(sign_key)
         root, stored = _stored_plan(folder)
-        return _execute(root, sharding.shard_runs(stored), rules=stored.get("certify"), shard=stored.get("shard"),
-                        planned=len(stored["runs"]), retry_failed=retry_failed, sign_key=sign_key,
-                        on_event=on_event)
+        runs = sharding.shard_runs(stored)
+        executor = None if fleet.local else _open_fleet(fleet, root, runs, _stored_slurm(root, stored))
+        try:
+            return _execute(root, runs, rules=stored.get("certify"), shard=stored.get("shard"),
+                            planned=len(stored["runs"]), retry_failed=retry_failed, sign_key=sign_key,
+                            on_event=on_event, fleet=fleet, executor=executor)
+        finally:
+            if executor is not None:
+                executor.close()
+
+
+def _stored_slurm(root: Path, stored: dict[str, Any]) -> Any:
+    from pydantic import ValidationError
+
+    from ampcert.spec import SlurmOptions
+
+    try:
+        return SlurmOptions.model_validate(stored.get("slurm") or {})
+    except ValidationError as exc:
+        raise UserError(f"{root / 'plan.json'}: slurm: {exc.errors()[0]['msg']}") from None
 
 
 def merge(out: str | Path, folders: Sequence[str | Path], *, partial: bool = False) -> Finished:

@@ -209,6 +209,21 @@ class Fp8(_Strict):
     record_every: PositiveInt = 10
 
 
+class SlurmOptions(_Strict):
+    """Where ``ampcert run --executor slurm`` submits the suite's job arrays
+    (command-line options win over these). Not part of any run's identity:
+    they say where runs train, not what they compute (docs/fleet.md)."""
+
+    partition: str | None = Field(default=None, min_length=1)
+    account: str | None = Field(default=None, min_length=1)
+    # Each array task's time limit; default: the longest run timeout of the array plus 5 minutes.
+    time_min: PositiveInt | None = None
+    # At most this many tasks of an array run at once (sbatch --array=...%N).
+    array_parallelism: PositiveInt | None = None
+    # Further sbatch options by name, without the dashes (qos, constraint, ...).
+    additional: dict[str, str | int] = Field(default_factory=dict)
+
+
 class WorkloadEntry(_Strict):
     workload: str = Field(min_length=1)
     id: str | None = Field(default=None, pattern=ID_PATTERN, max_length=MAX_ID_LEN)
@@ -274,6 +289,8 @@ class Suite(_Strict):
     torch_compile: TorchCompile = Field(default_factory=TorchCompile)
     # Which Linear layers the fp8 and mxfp8 precisions convert (see Fp8).
     fp8: Fp8 = Field(default_factory=Fp8)
+    # Where `--executor slurm` submits (partition, account, time limit).
+    slurm: SlurmOptions = Field(default_factory=SlurmOptions)
     workloads: list[WorkloadEntry] = Field(min_length=1)
 
     @model_validator(mode="after")

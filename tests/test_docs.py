@@ -78,6 +78,7 @@ def test_runnable_blocks(page, scratch):
 def test_every_suite_field_is_documented():
     from ampcert.spec import (
         Fp8,
+        SlurmOptions,
         Submission,
         Suite,
         TelemetryConfig,
@@ -87,7 +88,8 @@ def test_every_suite_field_is_documented():
     )
 
     text = (DOCS / "suites.md").read_text()
-    for model in (Suite, WorkloadEntry, TrainBudget, TelemetryConfig, Submission, TorchCompile, Fp8):
+    for model in (Suite, WorkloadEntry, TrainBudget, TelemetryConfig, Submission, TorchCompile, Fp8,
+                  SlurmOptions):
         for name in model.model_fields:
             assert f"| `{name}` |" in text, f"{model.__name__}.{name} is not in docs/suites.md"
 

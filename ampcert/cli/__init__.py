@@ -75,9 +75,27 @@ def run(
                                      "at plan positions i-1, i-1+n, ...); join the folders with `ampcert merge`"),
     as_json: bool = typer.Option(False, "--json", help="print the summary and certificate (with --dry-run: the "
                                  "run matrix) as JSON on stdout; progress and messages go to stderr"),
+    executor: str = typer.Option("local", "--executor", help="where runs train: local (this machine, one after "
+                                 "another), ray (a Ray cluster), slurm (a Slurm job array); see docs/fleet.md"),
+    address: str | None = typer.Option(None, "--address", help="--executor ray: the cluster's HOST:PORT, "
+                                       "ray://HOST:PORT or auto (default: start a Ray instance on this machine)"),
+    retries: int | None = typer.Option(None, "--retries", help="ray, slurm: submit a run whose worker or node was "
+                                       "lost again, up to this many times (default 2); a run that fails by itself "
+                                       "is never retried"),
+    cpus_per_run: int | None = typer.Option(None, "--cpus-per-run", help="ray, slurm: CPUs each run asks for "
+                                            "(default 1); GPUs come from the run's spec"),
+    partition: str | None = typer.Option(None, "--partition", help="slurm: the partition (default: the suite's "
+                                         "slurm.partition, else Slurm's default)"),
+    account: str | None = typer.Option(None, "--account", help="slurm: the account to charge"),
+    time_min: int | None = typer.Option(None, "--time-min", help="slurm: each task's time limit in minutes "
+                                        "(default: the longest run timeout + 5)"),
+    slurm_local: bool = typer.Option(False, "--slurm-local", help="slurm: run the job arrays through submitit's "
+                                     "local executor on this machine (no Slurm needed)"),
 ) -> None:
-    """Run a suite: every workload x precision x seed, each in its own process."""
+    """Run a suite: every workload x precision x seed, each in its own process (or on a cluster: --executor)."""
     _setup_output(as_json)
+    fleet = session.fleet_options(executor=executor, address=address, retries=retries, cpus_per_run=cpus_per_run,
+                                  partition=partition, account=account, time_min=time_min, slurm_local=slurm_local)
     if resume is not None:
         if suite is not None or out is not None:
             raise UserError("--resume DIR continues that folder's own suite: give no SUITE or --out")
@@ -97,9 +115,11 @@ def run(
 
     with RunProgress(console) as progress:
         if resume is not None:
-            done = session.resume(resume, retry_failed=retry_failed, sign_key=sign_key, on_event=progress.handle)
+            done = session.resume(resume, retry_failed=retry_failed, sign_key=sign_key, on_event=progress.handle,
+                                  fleet=fleet)
         else:
-            done = session.run_suite(suite, out, shard=shard, sign_key=sign_key, on_event=progress.handle)
+            done = session.run_suite(suite, out, shard=shard, sign_key=sign_key, on_event=progress.handle,
+                                     fleet=fleet)
     _print_finished(done, as_json)
     if not done.passed:
         raise typer.Exit(1)

@@ -1,7 +1,8 @@
-"""Live progress in the terminal: runs done/total, the current run, its step, ETA.
+"""Live progress in the terminal: runs done/total, the runs under way, their steps, ETA.
 
-Fed by the orchestrator's events; on a terminal it draws rich progress bars,
-and it always prints one line per finished run (what CI logs keep).
+Fed by the orchestrator's events (or a fleet's: several runs at once, on
+several nodes); on a terminal it draws rich progress bars, and it always
+prints one line per finished run and per retried one (what CI logs keep).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class RunProgress:
             console=console, transient=True,
         )
         self.suite_task: Any = None
-        self.run_task: Any = None
+        self.run_tasks: dict[str, Any] = {}  # the runs under way (a fleet trains several at once)
         self.total = 0
 
     def __enter__(self) -> RunProgress:
@@ -50,15 +51,21 @@ class RunProgress:
                 self.console.print(f"resuming: {done} of {self.total} runs already have results")
             self.suite_task = self.progress.add_task("runs", total=self.total, completed=done)
         elif kind == "start":
-            if self.run_task is not None:
-                self.progress.remove_task(self.run_task)
-            self.run_task = self.progress.add_task(f"  {event['run_id']}", total=event["limit"])
-        elif kind == "step" and self.run_task is not None:
+            self._drop(event["run_id"])
+            where = f" on {event['node']}" if event.get("node") else ""
+            self.run_tasks[event["run_id"]] = self.progress.add_task(f"  {event['run_id']}{where}",
+                                                                     total=event["limit"])
+        elif kind == "step" and event["run_id"] in self.run_tasks:
             desc = f"  {event['run_id']} loss {event['loss']:.4g} metric {event['metric']:.4g}"
-            self.progress.update(self.run_task, completed=event["step"], total=event["limit"],
+            self.progress.update(self.run_tasks[event["run_id"]], completed=event["step"], total=event["limit"],
                                  description=desc)
+        elif kind == "retry":
+            self._drop(event["run_id"])
+            self.console.print(f"[retry] {event['run_id']}: attempt {event['attempt']} after {event['reason']}",
+                               markup=False, highlight=False, soft_wrap=True)
         elif kind == "done":
             result = event["result"]
+            self._drop(result.run_id)
             self.progress.advance(self.suite_task)
             line = f"[{result.status}] {result.run_id}"
             if result.status == "completed":
@@ -68,3 +75,8 @@ class RunProgress:
             else:
                 line += f": {result.reason}"
             self.console.print(line, markup=False, highlight=False)
+
+    def _drop(self, run_id: str) -> None:
+        task = self.run_tasks.pop(run_id, None)
+        if task is not None:
+            self.progress.remove_task(task)

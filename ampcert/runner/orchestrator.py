@@ -348,6 +348,9 @@ def write_plan(out: Path, plan: Plan, shard: dict[str, Any] | None = None) -> No
         "environment": fingerprint(),
         "runs": [r.model_dump(mode="json") for r in plan.runs],
         **({"shard": shard} if shard else {}),  # run --shard i/n: the complete plan, and this shard's runs
+        # The suite's `slurm:` block, for `--resume --executor slurm` (not part of any run).
+        **({"slurm": plan.suite.slurm.model_dump(exclude_defaults=True)}
+           if plan.suite.slurm.model_dump(exclude_defaults=True) else {}),
     })
 
 

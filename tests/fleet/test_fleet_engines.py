@@ -1,0 +1,253 @@
+"""A suite on real cluster engines: a local Ray cluster (started here with
+`ray start`, two CPUs: two worker processes train at once) and submitit's local
+executor, each against a local run of the same suite.
+
+The Ray test kills the worker process of a run while it trains (the pid comes
+from the run's ``running`` line in fleet.jsonl) and checks that the run is
+retried, and that the folder then equals the local one: the same run ids and
+the same verdicts (the rule pack holds only checks that cannot depend on timing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, cli_env, run_cli
+from factories import built_once
+
+pytest.importorskip("ray")
+pytest.importorskip("submitit")
+pytestmark = pytest.mark.slow
+
+# Long enough (about 2 s a run on one core) that a worker can be killed mid-training.
+SUITE = """\
+name: fleet-digits
+device: cpu
+amp: ampcert
+precisions: [fp32, bf16]
+seeds: [0, 1]
+train: {steps: 200, eval_every: 100}
+timeout_s: 300
+certify: rules.yaml
+workloads:
+  - workload: digits
+"""
+RULES = """\
+name: fleet
+version: 1
+rules:
+  - id: parity.final_metric
+    check: accuracy_parity
+    measures: final metric, low precision minus fp32, paired by seed
+    margin: 0.5
+    min_seeds: 2
+  - id: numerics.finite_loss
+    check: nonfinite_loss
+    measures: non-finite losses
+"""
+
+
+def write_suite(folder: Path) -> Path:
+    (folder / "rules.yaml").write_text(RULES)
+    suite = folder / "suite.yaml"
+    suite.write_text(SUITE)
+    return suite
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory) -> Path:
+    return write_suite(tmp_path_factory.mktemp("fleet-suite"))
+
+
+@pytest.fixture(scope="module")
+def local_folder(tmp_path_factory) -> Path:
+    def build(root: Path) -> None:
+        # One thread, as each fleet run has (--cpus-per-run 1): CPU bf16 matmuls block by
+        # thread count, so the same run on 1 and on 2 threads may differ in its last bits.
+        done = run_cli("run", write_suite(root), "--out", root / "out", env={"OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    return built_once(tmp_path_factory, "fleet-local", build) / "out"
+
+
+def verdicts(folder: Path) -> list[tuple]:
+    data = json.loads((folder / "verdicts.json").read_text())
+    return sorted((v["rule"], json.dumps(v["subject"], sort_keys=True), v["status"], v["summary"])
+                  for v in data["verdicts"])
+
+
+def run_ids(folder: Path) -> set[str]:
+    return {p.name for p in (folder / "runs").iterdir()}
+
+
+def assert_same_as_local(folder: Path, local: Path) -> None:
+    assert run_ids(folder) == run_ids(local)
+    assert verdicts(folder) == verdicts(local)
+    for run_id in run_ids(local):
+        result = json.loads((folder / "runs" / run_id / "result.json").read_text())
+        assert result["status"] == "completed" and result["run_id"] == run_id
+        assert (folder / "runs" / run_id / "run.mllog").stat().st_size > 0
+
+
+def fleet_log(folder: Path) -> list[dict]:
+    path = folder / "fleet.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Ray (2.59 on) starts clusters with token authentication (the token in ~/.ray/auth_token);
+# a client given an address uses it when RAY_AUTH_MODE says so, as on a real cluster.
+RAY_ENV = {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def ray_cli() -> str:
+    return str(Path(sys.executable).with_name("ray"))
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A Ray head on this machine with two CPUs, stopped afterwards."""
+    port = free_port()
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
+    env = cli_env() | RAY_ENV
+    started = subprocess.run([ray_cli(), "start", "--head", f"--port={port}", "--num-cpus=2", "--num-gpus=0",
+                              "--include-dashboard=false", f"--temp-dir={temp}", "--disable-usage-stats"],
+                             env=env, capture_output=True, text=True, timeout=180)
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        subprocess.run([ray_cli(), "stop", "--force"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_ray_retries_a_run_whose_worker_is_killed_and_matches_the_local_folder(
+        suite, local_folder, ray_cluster, tmp_path):
+    out = tmp_path / "ray"
+    proc = subprocess.Popen([sys.executable, "-m", "ampcert", "run", str(suite), "--out", str(out),
+                             "--executor", "ray", "--address", ray_cluster],
+                            cwd=REPO, env=cli_env() | RAY_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    killed = None
+    deadline = time.monotonic() + 120
+    while killed is None and proc.poll() is None and time.monotonic() < deadline:
+        running = [e for e in fleet_log(out) if e["event"] == "running"]
+        if running:
+            killed = running[0]
+            os.kill(killed["pid"], signal.SIGKILL)  # the Ray worker process training this run
+        time.sleep(0.05)
+    output, _ = proc.communicate(timeout=300)
+    assert killed is not None, "no run was seen training\n" + output
+    assert proc.returncode == 0, output
+    events = [(e["event"], e["attempt"]) for e in fleet_log(out) if e["run_id"] == killed["run_id"]]
+    assert ("lost", 1) in events and ("retry", 2) in events and events[-1] == ("done", 2), events
+    lost = next(e for e in fleet_log(out) if e["event"] == "lost")
+    assert "Worker" in lost["reason"] or "died" in lost["reason"], lost
+    assert f"[retry] {killed['run_id']}: attempt 2" in output
+    assert_same_as_local(out, local_folder)
+
+
+def test_ray_refuses_a_run_larger_than_every_node_and_keeps_the_folder(local_folder, ray_cluster, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(local_folder, folder)
+    result_file = next((folder / "runs").iterdir()) / "result.json"
+    result_file.unlink()  # one run left to do
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    done = run_cli("run", "--resume", folder, "--executor", "ray", "--address", ray_cluster, "--cpus-per-run", "3",
+                   env=RAY_ENV)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "asks for 3 CPU on one node; the largest node of" in done.stderr and "has 2 CPU, 0 GPU" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+
+    # A CUDA run on this CPU-only cluster: the same refusal, in GPUs (the executor's own
+    # check, as planning on this machine refuses a CUDA suite before it).
+    script = f"""
+import sys
+from ampcert.errors import UserError
+from ampcert.results import ResultsDir
+from ampcert.runner.ray_executor import RayExecutor
+from pathlib import Path
+spec = ResultsDir(Path({str(folder)!r})).read_plan()["runs"][0].model_copy(update={{"device": "cuda"}})
+executor = RayExecutor({ray_cluster!r})
+try:
+    executor.check([spec], 1)
+except UserError as exc:
+    print(exc)
+finally:
+    executor.close()
+"""
+    checked = subprocess.run([sys.executable, "-c", script], env=cli_env() | RAY_ENV, capture_output=True,
+                             text=True, timeout=120)
+    assert "asks for 1 CPU, 1 GPU on one node" in checked.stdout, checked.stdout + checked.stderr
+
+
+def test_ray_at_an_address_nothing_answers_on_is_one_line(local_folder, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(local_folder, folder)
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    done = run_cli("run", "--resume", folder, "--executor", "ray", "--address", f"127.0.0.1:{free_port()}",
+                   timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().startswith("ampcert: error: --address 127.0.0.1:")
+    assert "cannot reach a Ray cluster there" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+
+
+def test_without_ray_or_submitit_installed_the_extra_is_named(suite, tmp_path):
+    shim = tmp_path / "shim"
+    for name in ("ray", "submitit"):
+        (shim / name).mkdir(parents=True)
+        (shim / name / "__init__.py").write_text(f"raise ImportError('{name} is absent (test shim)')\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(shim), cli_env()["PYTHONPATH"]])}
+    for executor, extra in (("ray", "ampcert[ray]"), ("slurm", "ampcert[slurm]")):
+        out = tmp_path / executor
+        done = run_cli("run", suite, "--out", out, "--executor", executor, env=env)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert f"pip install '{extra}'" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+        assert not out.exists()
+
+
+def test_slurm_without_sbatch_points_to_slurm_local(suite, tmp_path):
+    if shutil.which("sbatch"):
+        pytest.skip("this machine is a Slurm login node")
+    done = run_cli("run", suite, "--out", tmp_path / "out", "--executor", "slurm")
+    assert done.returncode == 2 and "no sbatch on PATH" in done.stderr and "--slurm-local" in done.stderr
+
+
+def test_submitit_local_job_arrays_match_the_local_folder(suite, local_folder, tmp_path):
+    out = tmp_path / "slurm"
+    done = run_cli("run", suite, "--out", out, "--executor", "slurm", "--slurm-local")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_same_as_local(out, local_folder)
+    log = fleet_log(out)
+    assert {e["run_id"] for e in log if e["event"] == "running"} == run_ids(local_folder)
+    assert all(e["attempt"] == 1 for e in log)
+    assert (out / ".submitit").is_dir()
+
+
+@pytest.mark.slurm
+def test_a_real_slurm_job_array_matches_the_local_folder(suite, local_folder, tmp_path):
+    """Through sbatch, on the single-node Slurm that `nox -s slurm` starts."""
+    if shutil.which("sbatch") is None or subprocess.run(["sinfo", "-h"], capture_output=True).returncode:
+        pytest.skip("no Slurm here: `nox -s slurm` starts a single-node one")
+    out = tmp_path / "slurm"
+    done = run_cli("run", suite, "--out", out, "--executor", "slurm", "--time-min", "10", timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_same_as_local(out, local_folder)
+    jobs = {p.name for p in (out / ".submitit").iterdir() if p.name != "events"}
+    assert jobs and all("_" in j for j in jobs), jobs  # array tasks: <job>_<task>
