@@ -154,6 +154,9 @@ def slurm(session: nox.Session) -> None:
 
     if os.geteuid() != 0:
         session.error("nox -s slurm starts Slurm's daemons: run it as root (a CI machine or a container)")
+    if subprocess.run(["pgrep", "-x", "slurmctld|slurmd|munged"], capture_output=True).returncode == 0:
+        session.error("Slurm or munge already runs here: run the slurm-marked tests against it "
+                      "(`pytest -m slurm`) instead of starting a second one")
     if not all(shutil.which(b) for b in ("slurmctld", "slurmd", "sbatch", "munged")):
         session.run("apt-get", "update", "-q", external=True)
         session.run("apt-get", "install", "-y", "-q", *SLURM_PACKAGES, external=True,
@@ -171,14 +174,12 @@ def slurm(session: nox.Session) -> None:
         session.run("mungekey", "--create", external=True)  # (Debian's postinst makes one; a container may not)
     os.makedirs("/run/munge", exist_ok=True)
     shutil.chown("/run/munge", "munge", "munge")
-    daemons = []
+    # The daemons this session started, by their pid files: stopped at the end, nothing else.
+    pid_files = ["/run/munge/munged.pid", os.path.join(state, "slurmctld.pid"), os.path.join(state, "slurmd.pid")]
     try:
         session.run("runuser", "-u", "munge", "--", "munged", external=True)
-        daemons.append(["pkill", "-x", "munged"])
         session.run("slurmctld", "-f", conf, external=True, env=env)
-        daemons.append(["pkill", "-x", "slurmctld"])
         session.run("slurmd", "-f", conf, external=True, env=env)
-        daemons.append(["pkill", "-x", "slurmd"])
         deadline = time.monotonic() + 60
         state_now = ""
         while time.monotonic() < deadline:
@@ -192,8 +193,13 @@ def slurm(session: nox.Session) -> None:
                 session.error(f"the Slurm node never became idle (sinfo: {state_now!r}):\n{fh.read()[-2000:]}")
         session.run("pytest", "-m", "slurm", "-p", "no:cacheprovider", *session.posargs, env=env)
     finally:
-        for stop in reversed(daemons):
-            subprocess.run(stop)
+        for pid_file in reversed(pid_files):
+            try:
+                with open(pid_file) as fh:
+                    os.kill(int(fh.read().strip()), 15)
+            except (OSError, ValueError):  # not started, or gone already
+                pass
+        time.sleep(2)  # slurmd and slurmctld write their state on SIGTERM before they exit
         shutil.rmtree(state, ignore_errors=True)
 
 

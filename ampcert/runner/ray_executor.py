@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ampcert.errors import UserError
+from ampcert.errors import Interrupted, UserError
 from ampcert.runner.fleet import Event, Lost, resources, run_on_node, short_reason
+from ampcert.runner.procs import STOP_SIGNALS
 from ampcert.spec import RunSpec
 
 # How long the reachability check waits for the cluster's port: ray.init itself
@@ -76,6 +79,10 @@ class RayExecutor:
         self.address = address
         if address not in (None, "auto"):
             check_reachable(address)
+        # ray.init installs its own SIGTERM handling (exit at once, with a C++ stack
+        # dump); ampcert's (orchestrator.interruptible: cancel the runs in flight, keep
+        # what finished, one line) is put back afterwards.
+        handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
         try:
             ray.init(address=address, include_dashboard=False, log_to_driver=False,
                      logging_level=logging.ERROR, configure_logging=True,
@@ -88,6 +95,10 @@ class RayExecutor:
                     "with its token in RAY_AUTH_TOKEN or ~/.ray/auth_token)")
             raise UserError(f"--executor ray: cannot connect to {address or 'a local Ray instance'}: "
                             f"{short_reason(str(exc))}{hint}") from None
+        finally:
+            for sig, handler in handlers.items():
+                if handler is not None and threading.current_thread() is threading.main_thread():
+                    signal.signal(sig, handler)
         from ray.util.queue import Queue
 
         self.events = Queue(actor_options={"num_cpus": 0})
@@ -133,6 +144,18 @@ class RayExecutor:
             return Lost(f"{type(exc).__name__}: {short_reason(str(exc))}")
 
     def poll(self, timeout_s: float) -> tuple[list[tuple[Any, dict[str, Any] | Lost]], list[Event]]:
+        try:
+            return self._poll(timeout_s)
+        except SystemError as exc:
+            # A signal handler's exception (ampcert's Interrupted) raised while Ray's C++
+            # core waited comes out wrapped in a SystemError: it is unwrapped, so that an
+            # interrupt ends the command as it does locally (one line, runs kept).
+            cause = exc.__cause__ or exc.__context__
+            if isinstance(cause, (Interrupted, KeyboardInterrupt)):
+                raise cause from None
+            raise
+
+    def _poll(self, timeout_s: float) -> tuple[list[tuple[Any, dict[str, Any] | Lost]], list[Event]]:
         ended: list[tuple[Any, dict[str, Any] | Lost]] = []
         if self.refs:
             ready, _ = self.ray.wait(list(self.refs), num_returns=1, timeout=timeout_s)

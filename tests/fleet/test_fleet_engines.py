@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -161,6 +162,34 @@ def test_ray_retries_a_run_whose_worker_is_killed_and_matches_the_local_folder(
     assert_same_as_local(out, local_folder)
 
 
+def test_an_interrupted_ray_folder_is_finished_by_another_executor(suite, local_folder, ray_cluster, tmp_path):
+    """SIGTERM while Ray trains: runs in flight are cancelled, finished ones kept, one
+    line, exit 143; then `--resume` through submitit's local executor finishes the folder."""
+    out = tmp_path / "ray"
+    proc = subprocess.Popen([sys.executable, "-m", "ampcert", "run", str(suite), "--out", str(out),
+                             "--executor", "ray", "--address", ray_cluster],
+                            cwd=REPO, env=cli_env() | RAY_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        if any(e["event"] == "done" for e in fleet_log(out)):
+            proc.send_signal(signal.SIGTERM)
+            break
+        time.sleep(0.05)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == (f"ampcert: interrupted by SIGTERM; finished runs are kept; "
+                                            f"resume with ampcert run --resume {out}")
+    kept = {e["run_id"] for e in fleet_log(out) if e["event"] == "done"}
+    assert kept and kept == {p.parent.name for p in out.glob("runs/*/result.json")}
+    assert len(kept) < len(run_ids(local_folder))  # the test interrupted something
+    done = run_cli("run", "--resume", out, "--executor", "slurm", "--slurm-local")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"resuming: {len(kept)} of 4 runs already have results" in done.stdout
+    assert {e["run_id"] for e in fleet_log(out) if e["executor"] == "slurm"} == run_ids(local_folder) - kept
+    assert_same_as_local(out, local_folder)
+
+
 def test_ray_refuses_a_run_larger_than_every_node_and_keeps_the_folder(local_folder, ray_cluster, tmp_path):
     folder = tmp_path / "copy"
     shutil.copytree(local_folder, folder)
@@ -249,5 +278,6 @@ def test_a_real_slurm_job_array_matches_the_local_folder(suite, local_folder, tm
     done = run_cli("run", suite, "--out", out, "--executor", "slurm", "--time-min", "10", timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert_same_as_local(out, local_folder)
-    jobs = {p.name for p in (out / ".submitit").iterdir() if p.name != "events"}
-    assert jobs and all("_" in j for j in jobs), jobs  # array tasks: <job>_<task>
+    # One job array (every run asks for the same resources), one task per run: <job>_<task>.
+    tasks = [p.name.split("_") for p in (out / ".submitit").iterdir() if re.fullmatch(r"\d+_\d+", p.name)]
+    assert len({job for job, _ in tasks}) == 1 and sorted(int(t) for _, t in tasks) == [0, 1, 2, 3], tasks
