@@ -6,6 +6,7 @@
 - `torch_current`: the torch AMP tests, the audit and a tiny suite on torch 2.14.1 (~5.5 GB venv).
 - `gpu`: the gpu-marked tests on a CUDA machine; `browser`: report.html in headless Chromium;
   `slurm`: `--executor slurm` on a real single-node Slurm (Debian's daemons, started as root);
+  `postgres`: the history store on a real PostgreSQL server (Debian's);
   `bench`: every script in benchmarks/.
 """
 
@@ -104,6 +105,26 @@ def bench(session: nox.Session) -> None:
     session.install(CPU_TORCH, "-e", ".[dev]")
     for script in sorted(__import__("pathlib").Path("benchmarks").glob("*.py")):
         session.run("python", str(script))
+
+
+@nox.session
+def postgres(session: nox.Session) -> None:
+    """The history store against a real PostgreSQL server: installs Debian's postgresql
+    where its binaries are missing (apt-get, as root), then runs the postgres-marked tests,
+    which start a throwaway server (initdb as the postgres user, a free port, trust on
+    127.0.0.1) or use the one $AMPCERT_TEST_POSTGRES names. The README's test command runs
+    them too wherever the binaries are installed."""
+    import glob
+    import os
+
+    if not glob.glob("/usr/lib/postgresql/*/bin/initdb"):
+        if os.geteuid() != 0:
+            session.error("nox -s postgres installs PostgreSQL with apt-get: run it as root")
+        session.run("apt-get", "update", "-q", external=True)
+        session.run("apt-get", "install", "-y", "-q", "postgresql", external=True,
+                    env={"DEBIAN_FRONTEND": "noninteractive"})
+    session.install(CPU_TORCH, "-e", ".[dev]")
+    session.run("pytest", "-m", "postgres", "-p", "no:cacheprovider", *session.posargs)
 
 
 # A single-node Slurm for `nox -s slurm`: Debian's slurmctld, slurmd and munge, started

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from ampcert.certify.checks import Certificate
     from ampcert.certify.compliance import ComplianceRules, Violation
     from ampcert.gate import GateResult
+    from ampcert.history.gate import HistoryGate
+    from ampcert.history.store import NightRow
     from ampcert.plan import CapacityPlan
     from ampcert.report.mlperf_export import Exported
     from ampcert.report.sign import Verified
@@ -40,7 +42,7 @@ OnEvent = Callable[[Event], None]
 
 __all__ = [
     "Finished", "NotVerified", "PlannedRuns", "audit_jax", "audit_torch", "capacity", "catalog", "certify", "check_key", "check_logs",
-    "compare", "environment", "export_mlperf", "finish", "fleet_options", "keygen", "merge", "plan_resume", "plan_suite", "report", "resume",
+    "compare", "environment", "export_mlperf", "finish", "fleet_options", "gate_history", "history_add", "history_plot", "history_show", "keygen", "write_history_gate_outputs", "merge", "plan_resume", "plan_suite", "report", "resume",
     "run_suite", "shipped_text", "sign", "verify",
 ]
 
@@ -719,3 +721,102 @@ def environment() -> dict[str, Any]:
     from ampcert.envinfo import fingerprint
 
     return fingerprint()
+
+
+# --------------------------------------------------------------------------- nightly history
+
+
+def history_add(folders: Sequence[str | Path], *, store: str | None = None,
+                machine: str | None = None) -> list[tuple[Path, bool]]:
+    """Record each results folder as a night in the history store (default:
+    ``$AMPCERT_HISTORY`` or ``./ampcert-history.sqlite``); (folder, added) per
+    folder, added False where it was there already. Every folder is read and
+    checked before the first is written."""
+    from ampcert.history.records import read_night
+    from ampcert.history.store import open_store
+
+    nights = [read_night(folder, machine) for folder in folders]
+    opened = open_store(store)
+    return [(Path(folder), opened.add(night)) for folder, night in zip(folders, nights, strict=True)]
+
+
+def history_show(*, store: str | None = None, suite: str | None = None) -> list[NightRow]:
+    """The nights in the store (oldest first), of one suite if given."""
+    from ampcert.history.store import open_store
+
+    return open_store(store).nights(suite=suite)
+
+
+def gate_history(new: str | Path, *, store: str | None = None, machine: str | None = None,
+                 window: int | None = None, min_effect: float | None = None) -> HistoryGate:
+    """The history gate: NEW's metrics against their series in the store (change
+    points; accuracy by paired TOST). ``.status`` is PASS or FAIL (exit 0 / 1)."""
+    from ampcert.gate.settings import load_gate
+    from ampcert.history import changepoints
+    from ampcert.history.gate import gate_night
+    from ampcert.history.records import read_night
+    from ampcert.history.store import open_store
+
+    night = read_night(new, machine)
+    final = load_gate().metrics["final_metric"]
+    margins = {"*": final.threshold, **final.per_workload}
+    return gate_night(open_store(store), night, window=window or changepoints.DEFAULT_WINDOW,
+                      min_effect=changepoints.DEFAULT_MIN_EFFECT if min_effect is None else min_effect,
+                      accuracy_margins=margins)
+
+
+def write_history_gate_outputs(result: HistoryGate, json_path: str | Path | None,
+                               markdown: str | Path | None, html: str | Path | None = None) -> list[Path]:
+    """The history gate's JSON, Markdown and HTML files (atomically); the paths written."""
+    import json
+
+    from ampcert.history.gate import to_html, to_markdown
+    from ampcert.results import atomic_write_text
+
+    written = []
+    if json_path is not None:
+        atomic_write_text(json_path, json.dumps(result.to_json(), indent=1) + "\n")
+        written.append(Path(json_path))
+    if markdown is not None:
+        atomic_write_text(markdown, to_markdown(result))
+        written.append(Path(markdown))
+    if html is not None:
+        atomic_write_text(html, to_html(result))
+        written.append(Path(html))
+    return written
+
+
+def history_plot(out: str | Path, *, store: str | None = None, suite: str | None = None,
+                 machine: str | None = None, metric: str = "samples_per_s") -> Path:
+    """One metric's series of every subject of a suite on a machine, with their change
+    points, as an SVG file. Suite and machine may be left out where the store holds one."""
+    from ampcert.history.changepoints import change_points
+    from ampcert.history.records import METRICS
+    from ampcert.history.store import open_store
+    from ampcert.report.plots import history_series
+    from ampcert.results import atomic_write_text
+
+    if metric not in METRICS:
+        raise UserError(f"--metric {metric}: expected one of {', '.join(METRICS)}")
+    opened = open_store(store)
+    nights = opened.nights(suite=suite, machine=machine)
+    for what, values in (("--suite", {n.suite for n in nights}), ("--machine", {n.machine for n in nights})):
+        if len(values) > 1:
+            raise UserError(f"the store holds several: give {what} (one of {', '.join(sorted(values))})")
+    if not nights:
+        raise UserError(f"{opened.url}: no nights{' of suite ' + repr(suite) if suite else ''} to plot")
+    suite_name, machine_name = nights[0].suite, nights[0].machine
+    dates = [n.created_at for n in nights]
+    series, cps = {}, {}
+    for subject, m in opened.subjects(suite_name, machine_name):
+        if m != metric:
+            continue
+        points = opened.series(suite_name, machine_name, subject, metric)
+        name = "/".join(subject)
+        series[name] = [p.value for p in points]
+        cps[name] = change_points(series[name])
+    svg = history_series(f"{suite_name}: {metric}", dates, series, cps, metric, f"history-{metric}")
+    if svg is None:
+        raise UserError(f"{opened.url}: suite {suite_name!r} has no {metric} values to plot")
+    atomic_write_text(out, svg)
+    return Path(out)

@@ -382,6 +382,74 @@ def compare(
         raise typer.Exit(1)
 
 
+history_app = typer.Typer(no_args_is_help=True, help="The nightly history store: add results folders, list them.")
+app.add_typer(history_app, name="history")
+STORE_HELP = "the history store: a file, sqlite:///PATH or postgresql://... (default $AMPCERT_HISTORY, " \
+             "else ./ampcert-history.sqlite)"
+
+
+@history_app.command("add")
+def history_add(
+    dirs: list[Path] = typer.Argument(..., help="results folders (`ampcert run --out DIR`), one night each"),
+    store: str | None = typer.Option(None, "--store", help=STORE_HELP),
+    machine: str | None = typer.Option(None, "--machine", help="the series' machine name (default: host, CPU, "
+                                       "GPUs from the folder's fingerprint; name CI runners here)"),
+) -> None:
+    """Record results folders in the history store (a folder already there is skipped)."""
+    for folder, added in session.history_add(dirs, store=store, machine=machine):
+        console.print(f"{'added' if added else 'already in the store'}: {folder}", markup=False, soft_wrap=True)
+
+
+@history_app.command("show")
+def history_show(
+    store: str | None = typer.Option(None, "--store", help=STORE_HELP),
+    suite: str | None = typer.Option(None, "--suite", help="only this suite's nights"),
+    as_json: bool = typer.Option(False, "--json", help="print the nights as JSON"),
+) -> None:
+    """List the nights in the history store, oldest first."""
+    nights = session.history_show(store=store, suite=suite)
+    print_json([vars(n) for n in nights]) if as_json else views.print_nights(console, nights)
+
+
+@history_app.command("plot")
+def history_plot(
+    out: Path = typer.Argument(..., help="the SVG file to write"),
+    store: str | None = typer.Option(None, "--store", help=STORE_HELP),
+    suite: str | None = typer.Option(None, "--suite", help="the suite (needed where the store holds several)"),
+    machine: str | None = typer.Option(None, "--machine", help="the machine (needed where it holds several)"),
+    metric: str = typer.Option("samples_per_s", "--metric", help="samples_per_s, time_to_target_s, final_metric, "
+                               "peak_memory_bytes, energy_j_per_sample, scaler_skips or failed_runs"),
+) -> None:
+    """Plot one metric's nightly series (every subject of the suite) with their change points, as SVG."""
+    console.print(f"wrote {session.history_plot(out, store=store, suite=suite, machine=machine, metric=metric)}",
+                  markup=False, soft_wrap=True)
+
+
+@app.command("gate")
+def gate_cmd(
+    new: Path = typer.Argument(..., help="the new night: a results folder"),
+    store: str | None = typer.Option(None, "--store", help=STORE_HELP),
+    machine: str | None = typer.Option(None, "--machine", help="the series' machine name (as given to history add)"),
+    json_out: Path | None = typer.Option(None, "--json", help="write the result as JSON to this file (`-`: stdout)"),
+    markdown: Path | None = typer.Option(None, "--markdown", help="write a Markdown summary (a CI comment)"),
+    html: Path | None = typer.Option(None, "--html", help="write a page with each series, its change points "
+                                     "and the nights they point to"),
+) -> None:
+    """History gate: NEW against its suite's nightly series in the store.
+
+    Change points in each metric's series (ruptures' PELT) within the newest
+    3 nights, worse by at least 1%, regress; accuracy is judged by paired TOST
+    against the nights before. Exit 0: no regression; 1: regression; 2: bad input."""
+    to_stdout = _is_stdout(json_out)
+    _setup_output(to_stdout)
+    result = session.gate_history(new, store=store, machine=machine)
+    print_json(result.to_json()) if to_stdout else views.print_history_gate(console, result)
+    for path in session.write_history_gate_outputs(result, None if to_stdout else json_out, markdown, html):
+        console.print(f"wrote {path}", markup=False, soft_wrap=True)
+    if result.status == "FAIL":
+        raise typer.Exit(1)
+
+
 def _is_stdout(path: Path | None) -> bool:
     """`--json -`: the JSON goes to stdout, not to a file named '-'."""
     return path is not None and str(path) == "-"

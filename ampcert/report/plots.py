@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -164,4 +164,31 @@ def bars(title: str, labels: list[str], values: list[float | None], unit: str, s
         missing = [lab for lab, v in zip(labels, values, strict=True) if v is None]
         if missing:
             ax.set_xlabel(f"not measured: {', '.join(missing)}", fontsize=7)
+        return _svg(fig, salt)
+
+
+def history_series(title: str, nights: Sequence[str], series: Mapping[str, Sequence[float]],
+                   change_points: Mapping[str, Sequence[int]], unit: str, salt: str) -> str | None:
+    """Nightly series (one line per name, night by night) with each series' change
+    points marked by a dashed line at the night a new level starts, labelled with
+    that night's date."""
+    if not nights or not series:
+        return None
+    with plt.rc_context(_STYLE):
+        fig, ax = plt.subplots(figsize=(6.4, 3.0))
+        ax.set_title(title)
+        x = list(range(len(nights)))
+        for i, (name, values) in enumerate(sorted(series.items())):
+            colour = COLOURS.get(name.rsplit("/", 1)[-1], f"C{i % 10}")
+            ax.plot(x[-len(values):], values, marker="o", ms=2.5, lw=1.0, color=colour, label=name)
+            for c in change_points.get(name, ()):
+                at = len(nights) - len(values) + c
+                ax.axvline(at, color=colour, lw=0.9, ls="--")
+                ax.annotate(nights[at][:10], (at, ax.get_ylim()[1]), fontsize=7, rotation=90, va="top",
+                            ha="right", color=colour)
+        step = max(len(nights) // 8, 1)
+        ax.set_xticks(x[::step], [n[:10] for n in nights][::step], rotation=30, ha="right", fontsize=7)
+        ax.set_ylabel(unit)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, frameon=False)
         return _svg(fig, salt)

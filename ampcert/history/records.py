@@ -1,0 +1,155 @@
+"""A results folder as one night of history: what the store keeps of it.
+
+A *night* is one ``ampcert run`` (its plan.json: the digest of that file is
+its identity, so adding a folder twice adds it once). Its *points* are, per
+subject (workload entry, backend, AMP, precision: ``aggregate.group_runs``'s
+groups, determinism repeats left out) and metric, the median over the seeds
+that have a value, with those values kept beside it. The metrics are the
+gate's (``gate.samples.collect_samples``: throughput, time to quality, final
+quality, peak memory, energy per sample) and two counts: optimizer updates
+the loss scaler skipped, and failed runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ampcert.errors import UserError
+from ampcert.gate.samples import collect_samples
+from ampcert.gate.subjects import group_runs
+from ampcert.results import ResultsDir, RunResult, load
+
+# Metrics kept per subject, with the direction that is better.
+METRICS: dict[str, str] = {
+    "samples_per_s": "higher",
+    "time_to_target_s": "lower",
+    "final_metric": "workload",   # the workload's metric says (accuracy higher, bits per byte lower)
+    "peak_memory_bytes": "lower",
+    "energy_j_per_sample": "lower",
+    "scaler_skips": "lower",
+    "failed_runs": "lower",
+}
+
+
+@dataclass(frozen=True)
+class Point:
+    workload: str
+    backend: str
+    amp: str
+    precision: str
+    metric: str
+    value: float           # median over the seeds (a count for failed_runs)
+    samples: list[float]   # the per-seed values (empty for failed_runs)
+    higher_is_better: bool
+
+
+@dataclass(frozen=True)
+class Verdict:
+    workload: str
+    backend: str
+    amp: str
+    precision: str
+    rule: str              # "" for the subject's overall status
+    status: str
+
+
+@dataclass
+class Night:
+    digest: str            # sha256 of plan.json: the run invocation's identity
+    suite: str
+    suite_sha256: str | None
+    created_at: str        # when the run was planned (plan.json)
+    machine: str
+    source: str            # the folder it was read from
+    tool: str
+    certificate: str | None
+    fingerprint: dict[str, Any]
+    points: list[Point] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+
+
+def default_machine(fingerprint: dict[str, Any]) -> str:
+    """Host name, CPU model and GPUs of the fingerprint: a runner's series stay apart."""
+    cpu = fingerprint.get("cpu") or {}
+    gpus = [g.get("name") for g in ((fingerprint.get("gpu") or {}).get("devices") or []) if isinstance(g, dict)]
+    parts = [str(fingerprint.get("hostname") or "unknown host"), str(cpu.get("model") or "unknown CPU")]
+    if gpus:
+        parts.append(f"{len(gpus)}x {gpus[0]}")
+    return " / ".join(parts)
+
+
+def _higher_is_better(metric: str, runs: list[RunResult]) -> bool:
+    direction = METRICS[metric]
+    if direction == "workload":
+        return runs[0].higher_is_better if runs and runs[0].higher_is_better is not None else True
+    return direction == "higher"
+
+
+def _points(key: tuple[str, str, str, str], runs: list[RunResult]) -> list[Point]:
+    points = []
+    done = [r for r in runs if r.status == "completed"]
+    for metric in METRICS:
+        if metric == "failed_runs":
+            values, value = [], float(sum(r.status == "failed" for r in runs))
+        elif metric == "scaler_skips":
+            values = [float(len(r.skipped_steps)) for r in done if r.skipped_steps is not None]
+            if not values:
+                continue
+            value = statistics.median(values)
+        else:
+            # (a value that is not finite, such as a time to target never reached without
+            # phases, is no level a series can hold)
+            values = [float(v) for v in collect_samples(metric, runs).per_run if math.isfinite(v)]
+            if not values:
+                continue
+            value = statistics.median(values)
+        points.append(Point(*key, metric=metric, value=value, samples=values,
+                            higher_is_better=_higher_is_better(metric, done or runs)))
+    return points
+
+
+def read_night(folder: str | Path, machine: str | None = None) -> Night:
+    """One results folder as a night; one clear line (UserError) for anything else."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise UserError(f"{root}: results folder not found")
+    rd = ResultsDir(root)
+    plan = rd.read_plan()  # one line if this is not a results folder
+    results = load(root)
+    if not results.runs:
+        raise UserError(f"{root}: no run results to record")
+    raw = rd.plan_file.read_bytes()
+    environment = plan.get("environment")
+    fingerprint: dict[str, Any] = environment if isinstance(environment, dict) else {}
+    certificate = None
+    verdicts: list[Verdict] = []
+    if rd.verdicts_file.exists():
+        try:
+            data = json.loads(rd.verdicts_file.read_text(encoding="utf-8"))
+            certificate = str(data.get("status")) if data.get("status") is not None else None
+            for v in data.get("verdicts", []):
+                s = v["subject"]
+                verdicts.append(Verdict(s["workload"], s["backend"], s["amp"], s["precision"], str(v["rule"]),
+                                        str(v["status"])))
+            for entry in data.get("subjects", []):
+                s = entry["subject"]
+                verdicts.append(Verdict(s["workload"], s["backend"], s["amp"], s["precision"], "",
+                                        str(entry["status"])))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"{rd.verdicts_file}: unreadable verdicts ({type(exc).__name__}: {exc})") from None
+    night = Night(digest=hashlib.sha256(raw).hexdigest(), suite=str(plan.get("suite") or results.suite_name),
+                  suite_sha256=plan.get("suite_sha256"), created_at=str(plan.get("created_at") or ""),
+                  machine=machine or default_machine(fingerprint), source=str(root.resolve()),
+                  tool=str(plan.get("tool") or ""), certificate=certificate, fingerprint=fingerprint,
+                  verdicts=verdicts)
+    if not night.created_at:
+        raise UserError(f"{rd.plan_file}: no created_at: the night's date is unknown")
+    for key, runs in sorted(group_runs(results.runs).items()):
+        night.points += _points(key, runs)
+    return night

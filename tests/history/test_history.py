@@ -1,0 +1,153 @@
+"""The nightly history: the store (SQLite here), the change-point gate, bad input.
+
+Nights are synthetic results folders (tests/factories.py: real RunResults,
+a plan.json with its night's date and a machine fingerprint) whose throughput
+follows a level with seeded noise, so where a change is planted is known.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import numpy as np
+import pytest
+from conftest import run_cli
+from factories import completed, plan, write_results
+
+from ampcert import session
+from ampcert.errors import UserError
+from ampcert.history.changepoints import change_points, judge
+from ampcert.history.store import SCHEMA_VERSION, open_store
+
+SPECS = plan({"name": "nightly", "precisions": ["fp32", "bf16"], "seeds": [0, 1],
+              "workloads": [{"workload": "digits"}]})
+NOISE_CV = 0.01
+
+
+def night_folder(root, index: int, level: float, rng, suite: str = "nightly"):
+    runs = [completed(s, final_metric=0.95, samples_per_s=5000 * level * (1 + NOISE_CV * rng.standard_normal()))
+            for s in SPECS]
+    folder = write_results(root / f"night-{index:02d}", runs, suite=suite)
+    plan_file = folder / "plan.json"
+    data = json.loads(plan_file.read_text())
+    data |= {"created_at": f"2026-10-{1 + index // 24:02d}T{index % 24:02d}:00:00+00:00",
+             "environment": {"hostname": "ci-runner-1", "cpu": {"model": "Test CPU"}}}
+    plan_file.write_text(json.dumps(data))
+    return folder
+
+
+def history(tmp_path, levels, seed=0):
+    rng = np.random.default_rng(seed)
+    return [night_folder(tmp_path, i, level, rng) for i, level in enumerate(levels)]
+
+
+def test_adding_a_folder_twice_records_it_once(tmp_path):
+    store = str(tmp_path / "h.sqlite")
+    folders = history(tmp_path, [1.0, 1.0])
+    assert [added for _, added in session.history_add(folders, store=store)] == [True, True]
+    assert [added for _, added in session.history_add([folders[0]], store=store)] == [False]
+    with sqlite3.connect(store) as db:
+        assert db.execute("SELECT COUNT(*) FROM nights").fetchone()[0] == 2
+        points = db.execute("SELECT COUNT(*) FROM points").fetchone()[0]
+    session.history_add(folders, store=store)
+    with sqlite3.connect(store) as db:
+        assert db.execute("SELECT COUNT(*) FROM points").fetchone()[0] == points
+    assert [n.machine for n in session.history_show(store=store)] == ["ci-runner-1 / Test CPU"] * 2
+
+
+def test_a_planted_5_percent_throughput_drop_is_found_at_its_night(tmp_path):
+    store = str(tmp_path / "h.sqlite")
+    levels = [1.0] * 30 + [0.95] * 10
+    folders = history(tmp_path, levels)
+    session.history_add(folders[:30], store=store)
+    first_fail = None
+    for night, folder in enumerate(folders[30:], start=30):
+        result = session.gate_history(folder, store=store)
+        row = next(r for r in result.rows if r.metric == "samples_per_s" and r.subject.endswith("/fp32"))
+        if row.status == "REGRESSION" and first_fail is None:
+            first_fail = night
+            assert row.change_night == json.loads((folders[30] / "plan.json").read_text())["created_at"]
+            assert -0.07 < row.change < -0.03 and result.status == "FAIL"
+        session.history_add([folder], store=store)
+    assert first_fail is not None and first_fail <= 32, first_fail  # seen within 3 nights of the drop
+
+
+def test_a_history_of_pure_noise_passes_the_gate(tmp_path):
+    store = str(tmp_path / "h.sqlite")
+    folders = history(tmp_path, [1.0] * 40, seed=1)
+    session.history_add(folders[:-1], store=store)
+    done = run_cli("gate", folders[-1], "--store", store, "--json", tmp_path / "gate.json",
+                   "--markdown", tmp_path / "gate.md")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "PASS: no regression in the history" in done.stdout
+    data = json.loads((tmp_path / "gate.json").read_text())
+    assert data["status"] == "PASS" and {r["metric"] for r in data["rows"]} >= {"samples_per_s", "final_metric"}
+    assert (tmp_path / "gate.md").read_text().startswith("### :white_check_mark: ampcert history gate: PASS")
+
+
+def test_change_points_sit_where_the_levels_change():
+    rng = np.random.default_rng(3)
+    x = np.r_[np.full(15, 100.0), np.full(15, 90.0)] + rng.normal(0, 0.5, 30)
+    assert change_points(x) == [15]
+    assert judge(list(x[:17]), higher_is_better=True).status == "REGRESSION"
+    assert judge(list(x[:17]), higher_is_better=False).status == "IMPROVEMENT"
+    assert judge(list(x[:15]), higher_is_better=True).status == "OK"
+    assert judge([1.0, 1.0, 1.0], higher_is_better=True).status == "SHORT"
+
+
+def bytes_of(path):
+    return path.read_bytes() if path.exists() else None
+
+
+def test_bad_stores_and_folders_are_one_line_exit_2_and_leave_the_store_unchanged(tmp_path):
+    folder = history(tmp_path, [1.0])[0]
+    corrupt = tmp_path / "corrupt.sqlite"
+    corrupt.write_bytes(b"not a database at all" * 40)
+    other = tmp_path / "other.sqlite"
+    session.history_add([folder], store=str(other))
+    other_suite = night_folder(tmp_path, 7, 1.0, np.random.default_rng(0), suite="another-suite")
+    cases = [
+        (("history", "add", folder, "--store", corrupt), corrupt, "not an SQLite database"),
+        (("gate", folder, "--store", corrupt), corrupt, "not an SQLite database"),
+        (("gate", other_suite, "--store", other), other, "a folder from another suite"),
+        (("history", "add", tmp_path / "missing", "--store", other), other, "results folder not found"),
+        (("gate", folder, "--store", "postgresql://ampcert@127.0.0.1:1/history"), None, "cannot open it"),
+    ]
+    for args, store_file, message in cases:
+        before = bytes_of(store_file) if store_file else None
+        done = run_cli(*args)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (args, done.stderr)
+        if store_file:
+            assert bytes_of(store_file) == before
+
+
+def test_stores_of_another_kind_or_a_newer_ampcert_are_refused(tmp_path):
+    foreign = tmp_path / "foreign.sqlite"
+    with sqlite3.connect(foreign) as db:
+        db.execute("CREATE TABLE invoices (id INTEGER)")
+    with pytest.raises(UserError, match="not an ampcert history store"):
+        open_store(str(foreign))
+    newer = tmp_path / "newer.sqlite"
+    open_store(str(newer))
+    with sqlite3.connect(newer) as db:
+        db.execute("UPDATE ampcert_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
+    with pytest.raises(UserError, match="written by a newer ampcert"):
+        open_store(str(newer))
+
+
+def test_the_page_and_the_plot_show_the_series_and_its_change_point(tmp_path):
+    store = str(tmp_path / "h.sqlite")
+    folders = history(tmp_path, [1.0] * 12 + [0.9] * 3)
+    session.history_add(folders[:-1], store=store)
+    result = session.gate_history(folders[-1], store=store)
+    assert result.status == "FAIL"
+    written = session.write_history_gate_outputs(result, None, None, tmp_path / "gate.html")
+    page = written[0].read_text()
+    assert page.count("<svg") >= 2 and "REGRESSION" in page and "2026-10-01T12:00:00+00:00" in page
+    svg = session.history_plot(tmp_path / "tp.svg", store=store).read_text()
+    assert svg.startswith("<svg") and "digits/torch/native/fp32" in svg and "2026-10-01" in svg
+    with pytest.raises(UserError, match="--metric"):
+        session.history_plot(tmp_path / "x.svg", store=store, metric="speed")
