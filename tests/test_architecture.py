@@ -23,7 +23,7 @@ PACKAGE_DIR = Path(ampcert.__file__).parent
 LAYERS: list[tuple[str, ...]] = [
     ("ampcert", "ampcert.__main__", "ampcert.cli"),      # parse, call one function, print
     ("ampcert.session",),                                # the sequences a command runs
-    ("ampcert.runner", "ampcert.gate"),                  # execute a plan; compare two results
+    ("ampcert.runner", "ampcert.gate", "ampcert.history"),  # execute a plan; compare results; the nightly history
     ("ampcert.report",),                                 # report.json/html, signing
     ("ampcert.backends", "ampcert.certify", "ampcert.plan"),  # train one run; verdicts; capacity
     ("ampcert.aggregate",),                              # one aggregation per group, for every view
