@@ -16,7 +16,9 @@ alarms and the detection delay this gives on synthetic histories.
 
 A series *regresses* when its last change point lies within the newest
 ``window`` nights and the segment after it is worse than the segment before by
-at least ``min_effect`` (relative), in the metric's direction.
+at least ``min_effect`` (relative), in the metric's direction, and by more than
+the noise explains (a two-sided t-test of the newest segment against the
+:data:`MIN_BEFORE` or more nights before it, p < ``max_p``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ DEFAULT_PENALTY_SCALE = 4.0
 DEFAULT_MIN_SIZE = 2
 DEFAULT_WINDOW = 3
 DEFAULT_MIN_EFFECT = 0.01
+# The two levels must differ beyond the noise: a two-sided t-test of the newest segment
+# against the level before it (at least MIN_BEFORE nights), p below this.
+DEFAULT_MAX_P = 0.0001
+MIN_BEFORE = 6
 _MAD_TO_SD = 1.4826
 
 
@@ -59,6 +65,23 @@ def change_points(values: Sequence[float] | np.ndarray, *, penalty_scale: float 
     return [int(e) for e in ends[:-1]]
 
 
+def _p_value(before: np.ndarray, after: np.ndarray) -> float:
+    """Two-sided Student's t-test of the two levels (pooled variance)."""
+    from scipy import stats
+
+    if len(before) < 2 or len(after) < 1:
+        return 1.0
+    pooled = np.concatenate([before - before.mean(), after - after.mean()])
+    dof = len(pooled) - 2
+    if dof < 1:
+        return 1.0
+    sd = math.sqrt(float(np.sum(pooled ** 2)) / dof)
+    if sd == 0:
+        return 0.0 if after.mean() != before.mean() else 1.0
+    t = abs(float(after.mean() - before.mean())) / (sd * math.sqrt(1 / len(before) + 1 / len(after)))
+    return float(2 * stats.t.sf(t, dof))
+
+
 @dataclass(frozen=True)
 class SeriesVerdict:
     status: str                  # "REGRESSION", "IMPROVEMENT", "OK", "SHORT" (too few nights to tell)
@@ -70,7 +93,7 @@ class SeriesVerdict:
 
 def judge(values: Sequence[float] | np.ndarray, higher_is_better: bool, *, window: int = DEFAULT_WINDOW,
           min_effect: float = DEFAULT_MIN_EFFECT, penalty_scale: float = DEFAULT_PENALTY_SCALE,
-          min_size: int = DEFAULT_MIN_SIZE, min_nights: int = 6) -> SeriesVerdict:
+          min_size: int = DEFAULT_MIN_SIZE, min_nights: int = 6, max_p: float = DEFAULT_MAX_P) -> SeriesVerdict:
     """Did the newest ``window`` nights of this series move, and which way?"""
     x = np.asarray(values, dtype=float)
     sigma = noise_sigma(x)
@@ -82,10 +105,15 @@ def judge(values: Sequence[float] | np.ndarray, higher_is_better: bool, *, windo
         return SeriesVerdict("OK", cps, None, None, sigma)
     at = recent[-1]
     start = max([c for c in cps if c < at], default=0)
+    # The level before, over at least MIN_BEFORE nights: a short segment (PELT may split a
+    # noisy stretch) says little about where the series was.
+    start = min(start, max(at - MIN_BEFORE, 0))
     before, after = x[start:at], x[at:]
     base = float(np.mean(before))
     change = (float(np.mean(after)) - base) / abs(base) if base else math.inf
     worse = change < 0 if higher_is_better else change > 0
-    if abs(change) < min_effect:
+    if abs(change) < min_effect or _p_value(before, after) >= max_p:
+        # Too small to matter, or too small for this series' noise: PELT's penalty bounds
+        # false change points over the whole series; this bounds them at its newest end.
         return SeriesVerdict("OK", cps, change, at, sigma)
     return SeriesVerdict("REGRESSION" if worse else "IMPROVEMENT", cps, change, at, sigma)
