@@ -150,6 +150,9 @@ class Store:
         if version > SCHEMA_VERSION:
             raise UserError(f"history store {self.url}: written by a newer ampcert (schema {version}; this one "
                             f"reads up to {SCHEMA_VERSION}): upgrade ampcert")
+        if version < SCHEMA_VERSION and any(v not in MIGRATIONS for v in range(version, SCHEMA_VERSION)):
+            raise UserError(f"history store {self.url}: schema {version} is older than any ampcert store this "
+                            f"version can migrate (it reads {SCHEMA_VERSION}); start a new store")
         while version < SCHEMA_VERSION:
             for statement in MIGRATIONS[version]:
                 self._execute(cur, statement)

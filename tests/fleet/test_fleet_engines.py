@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -111,9 +112,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-# Ray (2.59 on) starts clusters with token authentication (the token in ~/.ray/auth_token);
-# a client given an address uses it when RAY_AUTH_MODE says so, as on a real cluster.
-RAY_ENV = {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
+# Ray (2.59 on) starts clusters with token authentication, as on a real cluster: every
+# process that starts or joins one needs the cluster's token. `ray start` does not create
+# one (only a local ray.init() writes ~/.ray/auth_token), so on a clean machine the tests
+# make their own and hand it to the cluster and every client through the environment.
+RAY_ENV = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def ray_cli() -> str:

@@ -136,6 +136,26 @@ def test_stores_of_another_kind_or_a_newer_ampcert_are_refused(tmp_path):
         db.execute("UPDATE ampcert_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
     with pytest.raises(UserError, match="written by a newer ampcert"):
         open_store(str(newer))
+    with sqlite3.connect(newer) as db:
+        db.execute("UPDATE ampcert_meta SET value = '0' WHERE key = 'schema_version'")
+    with pytest.raises(UserError, match="schema 0 is older than any"):
+        open_store(str(newer))
+
+
+def test_a_store_of_an_older_schema_is_migrated_in_place_and_keeps_its_nights(tmp_path, monkeypatch):
+    from ampcert.history import store as store_module
+
+    path = tmp_path / "h.sqlite"
+    folders = history(tmp_path, [1.0, 1.0])
+    session.history_add(folders, store=str(path))
+    # The next schema, as a release that changed it would ship it: version 2 adds a column.
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 2)
+    monkeypatch.setitem(store_module.MIGRATIONS, 1, ["ALTER TABLE nights ADD COLUMN note TEXT"])
+    assert [added for _, added in session.history_add(folders, store=str(path))] == [False, False]
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT value FROM ampcert_meta WHERE key = 'schema_version'").fetchone() == ("2",)
+        assert "note" in {row[1] for row in db.execute("PRAGMA table_info(nights)")}
+        assert db.execute("SELECT COUNT(*) FROM nights").fetchone()[0] == 2
 
 
 def test_the_page_and_the_plot_show_the_series_and_its_change_point(tmp_path):
