@@ -744,7 +744,7 @@ def history_show(*, store: str | None = None, suite: str | None = None) -> list[
     """The nights in the store (oldest first), of one suite if given."""
     from ampcert.history.store import open_store
 
-    return open_store(store).nights(suite=suite)
+    return open_store(store, create=False).nights(suite=suite)
 
 
 def gate_history(new: str | Path, *, store: str | None = None, machine: str | None = None,
@@ -760,7 +760,7 @@ def gate_history(new: str | Path, *, store: str | None = None, machine: str | No
     night = read_night(new, machine)
     final = load_gate().metrics["final_metric"]
     margins = {"*": final.threshold, **final.per_workload}
-    return gate_night(open_store(store), night, window=window or changepoints.DEFAULT_WINDOW,
+    return gate_night(open_store(store, create=False), night, window=window or changepoints.DEFAULT_WINDOW,
                       min_effect=changepoints.DEFAULT_MIN_EFFECT if min_effect is None else min_effect,
                       accuracy_margins=margins)
 
@@ -798,7 +798,7 @@ def history_plot(out: str | Path, *, store: str | None = None, suite: str | None
 
     if metric not in METRICS:
         raise UserError(f"--metric {metric}: expected one of {', '.join(METRICS)}")
-    opened = open_store(store)
+    opened = open_store(store, create=False)
     nights = opened.nights(suite=suite, machine=machine)
     for what, values in (("--suite", {n.suite for n in nights}), ("--machine", {n.machine for n in nights})):
         if len(values) > 1:

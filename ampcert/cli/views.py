@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from ampcert.console import Col, print_pairs, print_table
@@ -355,25 +354,19 @@ def print_nights(console: Console, nights: list) -> None:
     if not nights:
         console.print("the history store holds no nights yet (`ampcert history add DIR`)")
         return
-    table = Table(box=None, pad_edge=False)
-    for col in ("night", "suite", "machine", "certificate", "folder"):
-        table.add_column(col)
-    for n in nights:
-        table.add_row(n.created_at, n.suite, n.machine, n.certificate or "—", n.source)
-    console.print(table)
+    print_table(console, ["night", "suite", "machine", "certificate", "folder"],
+                [[n.created_at, n.suite, n.machine, n.certificate or "—", n.source] for n in nights])
 
 
 def print_history_gate(console: Console, result) -> None:
     """`ampcert gate`: a row per series, then the verdict."""
     console.print(f"suite {result.suite} on {result.machine}, night {result.night}, store {result.store}",
                   markup=False, highlight=False, soft_wrap=True)
-    table = Table(box=None, pad_edge=False)
-    for col in ("subject", "metric", "nights", "status", "value", "change", "since"):
-        table.add_column(col)
-    for r in result.rows:
-        table.add_row(r.subject, r.metric, str(r.nights), r.status, f"{r.value:.4g}",
-                      f"{r.change:+.1%}" if r.change is not None else "", r.change_night or "")
-    console.print(table)
+    print_table(console, [Col("subject"), Col("metric"), Col("nights", "right"), Col("status"),
+                          Col("value", "right"), Col("change", "right"), Col("since")],
+                [[r.subject, r.metric, str(r.nights), status_cell(r.status), f"{r.value:.4g}",
+                  f"{r.change:+.1%}" if r.change is not None else "", r.change_night or ""] for r in result.rows],
+                hide_blank=True)
     if result.regressions:
         for r in result.regressions:
             console.print(f"FAIL: {r.subject} {r.metric}: {r.change:+.1%} since {r.change_night}"

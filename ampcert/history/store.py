@@ -88,13 +88,14 @@ class SeriesPoint:
 class Store:
     """One history store; every method is one transaction."""
 
-    def __init__(self, url: str, connect: Callable[[], Any], placeholder: str, errors: tuple[type[BaseException], ...]):
+    def __init__(self, url: str, connect: Callable[[], Any], placeholder: str, errors: tuple[type[BaseException], ...],
+                 create: bool = True):
         self.url = url
         self._connect = connect
         self._placeholder = placeholder
         self._errors = errors
         with self._transaction() as cur:
-            self._check_schema(cur)
+            self._check_schema(cur, create)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -132,8 +133,11 @@ class Store:
             rows = cur.fetchall()
         return {r[0] for r in rows}
 
-    def _check_schema(self, cur: Any) -> None:
+    def _check_schema(self, cur: Any, create: bool) -> None:
         tables = self._tables(cur)
+        if not tables and not create:
+            raise UserError(f"history store {self.url}: holds no ampcert history yet "
+                            "(`ampcert history add DIR` creates it)")
         if not tables:
             for statement in _TABLES:
                 self._execute(cur, statement)
@@ -225,7 +229,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _sqlite(url: str) -> Store:
+def _sqlite(url: str, create: bool) -> Store:
     path = Path(url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url.removeprefix("sqlite:"))
     if path.is_dir():
         raise UserError(f"history store {url}: is a folder; give a file (e.g. {path / DEFAULT_STORE})")
@@ -235,6 +239,9 @@ def _sqlite(url: str) -> Store:
         with open(path, "rb") as fh:
             if fh.read(16) not in (b"SQLite format 3\x00", b""):
                 raise UserError(f"history store {url}: not an SQLite database (corrupt, or another kind of file)")
+    elif not create:
+        # Reading never leaves a file behind: a mistyped --store names the mistake instead.
+        raise UserError(f"history store {url}: no such file (`ampcert history add DIR` creates it)")
     elif not path.parent.is_dir():
         raise UserError(f"history store {url}: folder {path.parent} does not exist")
 
@@ -243,10 +250,10 @@ def _sqlite(url: str) -> Store:
         conn.execute("PRAGMA foreign_keys = ON")
         return conn
 
-    return Store(str(path), connect, "?", (sqlite3.Error,))
+    return Store(str(path), connect, "?", (sqlite3.Error,), create)
 
 
-def _postgres(url: str) -> Store:
+def _postgres(url: str, create: bool) -> Store:
     try:
         import psycopg
     except ImportError:
@@ -257,14 +264,16 @@ def _postgres(url: str) -> Store:
     def connect() -> Any:
         return psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S)
 
-    return Store(f"postgresql://...@{shown}" if "@" in url else url, connect, "%s", (psycopg.Error,))
+    return Store(f"postgresql://...@{shown}" if "@" in url else url, connect, "%s", (psycopg.Error,), create)
 
 
-def open_store(url: str | None = None) -> Store:
-    """The store at ``url`` (default: :func:`default_store_url`), created if new."""
+def open_store(url: str | None = None, *, create: bool = True) -> Store:
+    """The store at ``url`` (default: :func:`default_store_url`). A new one is created
+    when ``create``; commands that only read pass False, and a store that is not there
+    is then one line, with no file or tables left behind."""
     url = url or default_store_url()
     if url.startswith(("postgresql://", "postgres://")):
-        return _postgres(url)
+        return _postgres(url, create)
     if "://" in url and not url.startswith("sqlite:///"):
         raise UserError(f"history store {url}: expected a file path, sqlite:///PATH or postgresql://...")
-    return _sqlite(url)
+    return _sqlite(url, create)

@@ -124,6 +124,26 @@ def test_bad_stores_and_folders_are_one_line_exit_2_and_leave_the_store_unchange
             assert bytes_of(store_file) == before
 
 
+def test_reading_a_store_that_is_not_there_is_one_line_and_creates_nothing(tmp_path):
+    folder = history(tmp_path, [1.0])[0]
+    missing = tmp_path / "mistyped.sqlite"
+    for args in (("history", "show"), ("history", "plot", tmp_path / "x.svg"), ("gate", folder)):
+        done = run_cli(*args, "--store", missing)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, (args, done.stderr)
+        assert "no such file" in done.stderr and not missing.exists()
+
+
+def test_the_gate_table_piped_at_80_columns_names_every_subject_whole(tmp_path):
+    store = tmp_path / "h.sqlite"
+    folders = history(tmp_path, [1.0] * 7)
+    session.history_add(folders[:-1], store=str(store))
+    done = run_cli("gate", folders[-1], "--store", store, env={"COLUMNS": "80"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    for precision in ("fp32", "bf16"):
+        assert f"digits/torch/native/{precision}" in done.stdout
+    assert "…" not in done.stdout
+
+
 def test_stores_of_another_kind_or_a_newer_ampcert_are_refused(tmp_path):
     foreign = tmp_path / "foreign.sqlite"
     with sqlite3.connect(foreign) as db:
