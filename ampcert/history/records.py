@@ -17,6 +17,7 @@ import json
 import math
 import statistics
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +77,13 @@ class Night:
 
 def default_machine(fingerprint: dict[str, Any]) -> str:
     """Host name, CPU model and GPUs of the fingerprint: a runner's series stay apart."""
-    cpu = fingerprint.get("cpu") or {}
-    gpus = [g.get("name") for g in ((fingerprint.get("gpu") or {}).get("devices") or []) if isinstance(g, dict)]
+    # A plan.json is input from elsewhere: a field of the wrong shape counts as not recorded.
+    def part(mapping: dict[str, Any], key: str, kind: type) -> Any:
+        value = mapping.get(key)
+        return value if isinstance(value, kind) else kind()
+
+    cpu = part(fingerprint, "cpu", dict)
+    gpus = [g.get("name") for g in part(part(fingerprint, "gpu", dict), "devices", list) if isinstance(g, dict)]
     parts = [str(fingerprint.get("hostname") or "unknown host"), str(cpu.get("model") or "unknown CPU")]
     if gpus:
         parts.append(f"{len(gpus)}x {gpus[0]}")
@@ -112,6 +118,18 @@ def _points(key: tuple[str, str, str, str], runs: list[RunResult]) -> list[Point
         points.append(Point(*key, metric=metric, value=value, samples=values,
                             higher_is_better=_higher_is_better(metric, done or runs)))
     return points
+
+
+def _utc_iso(created_at: str, plan_file: Path) -> str:
+    """The night's date in UTC, ISO 8601 to the second: the store orders nights by this
+    text, which is time order only when every date is written the same way."""
+    try:
+        when = datetime.fromisoformat(created_at)
+    except ValueError:
+        raise UserError(f"{plan_file}: created_at {created_at[:40]!r} is not an ISO 8601 date and time") from None
+    if when.tzinfo is None:
+        raise UserError(f"{plan_file}: created_at {created_at[:40]!r} has no time zone")
+    return when.astimezone(timezone.utc).isoformat(timespec="seconds")
 
 
 def read_night(folder: str | Path, machine: str | None = None) -> Night:
@@ -150,6 +168,7 @@ def read_night(folder: str | Path, machine: str | None = None) -> Night:
                   verdicts=verdicts)
     if not night.created_at:
         raise UserError(f"{rd.plan_file}: no created_at: the night's date is unknown")
+    night.created_at = _utc_iso(night.created_at, rd.plan_file)
     for key, runs in sorted(group_runs(results.runs).items()):
         night.points += _points(key, runs)
     return night

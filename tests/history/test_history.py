@@ -124,6 +124,24 @@ def test_bad_stores_and_folders_are_one_line_exit_2_and_leave_the_store_unchange
             assert bytes_of(store_file) == before
 
 
+def test_a_plan_of_the_wrong_shape_is_one_line_or_recorded_as_not_known(tmp_path):
+    store = tmp_path / "h.sqlite"
+    folder = history(tmp_path, [1.0])[0]
+    plan_file = folder / "plan.json"
+    good = json.loads(plan_file.read_text())
+    for created_at, message in (("yesterday", "not an ISO 8601"), ("2026-10-01T12:00:00", "no time zone")):
+        plan_file.write_text(json.dumps(good | {"created_at": created_at}))
+        done = run_cli("history", "add", folder, "--store", store)
+        assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") == 1, done.stderr
+        assert not store.exists()
+    # a fingerprint from elsewhere, of the wrong shape; a date in another zone is kept in UTC
+    plan_file.write_text(json.dumps(good | {"created_at": "2026-10-01T14:00:00+02:00",
+                                            "environment": {"hostname": "h", "cpu": "x", "gpu": [1]}}))
+    assert session.history_add([folder], store=str(store))[0][1]
+    (night,) = session.history_show(store=str(store))
+    assert night.created_at == "2026-10-01T12:00:00+00:00" and night.machine == "h / unknown CPU"
+
+
 def test_reading_a_store_that_is_not_there_is_one_line_and_creates_nothing(tmp_path):
     folder = history(tmp_path, [1.0])[0]
     missing = tmp_path / "mistyped.sqlite"
