@@ -131,7 +131,12 @@ def test_installed_wheel_from_an_empty_folder(installed, tmp_path):
     _run(installed, work, "audit", "--device", "cpu")
     logs = [str(p.relative_to(work)) for p in sorted(out.glob("runs/*/run.mllog"))]
     _run(installed, work, "check", *logs)
-    assert sorted(p.name for p in work.iterdir()) == ["key", "key.pub", "out", "tiny.yaml"]
+    # the history store's default place is the working folder; one night is no history yet
+    _run(installed, work, "history", "add", "out")
+    gated = _run(installed, work, "gate", "out", "--markdown", "gate.md")
+    assert "SHORT" in gated.stdout and "PASS" in gated.stdout
+    assert sorted(p.name for p in work.iterdir()) == ["ampcert-history.sqlite", "gate.md", "key", "key.pub", "out",
+                                                      "tiny.yaml"]
 
 
 def test_shipped_data_matches_the_checkout(installed, tmp_path):
