@@ -12,14 +12,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ampcert.amp.policy import load_policy, shipped_policy
+from ampcert.amp.policy import FAMILIES, load_policy, shipped_policy, shipped_policy_names
 from ampcert.amp.torch_autocast import (
+    Family,
     autocast,
     cache_stats,
     canonical_op_name,
     get_autocast_dtype,
     is_autocast_enabled,
 )
+from ampcert.amp.torch_autocast_families import HANDLERS, Region
 
 BF16, FP16, FP32, FP64 = torch.bfloat16, torch.float16, torch.float32, torch.float64
 
@@ -412,3 +414,30 @@ def test_builtins_that_compare_equal_keep_their_own_names():
     assert canonical_op_name(torch.mm) == "mm"
     with autocast("cpu", dtype=BF16):
         assert torch.mm(torch.randn(4, 4), torch.randn(4, 4)).dtype is BF16
+
+
+# ---------------------------------------------------------------------------
+# the dispatch table: Family -> handler
+# ---------------------------------------------------------------------------
+def test_the_dispatch_table_covers_every_family_and_every_shipped_op():
+    assert set(HANDLERS) == set(Family) and len(set(HANDLERS.values())) == len(Family)
+    assert {f.value for f in Family} == set(FAMILIES)  # the names policy files use, no more, no less
+    for name in shipped_policy_names():
+        pol = load_policy(name)
+        assert pol.ops and {Family(fam) for fam in pol.ops.values()} <= set(HANDLERS), name
+        region = Region(pol.device_type, BF16, pol, True, True)
+        assert region.handlers.keys() == pol.ops.keys(), name
+        assert all(region.handlers[op] is HANDLERS[Family(fam)] for op, fam in pol.ops.items()), name
+
+
+def test_each_handler_decides_its_familys_dtype():
+    region = Region("cpu", BF16, shipped_policy("cpu"), True, True)
+    x, xb, ints = torch.randn(2), torch.randn(2).to(BF16), torch.ones(2, dtype=torch.int64)
+    castable = [f for f in Family if f is not Family.BANNED]
+    assert {f: HANDLERS[f](region, "op", (x, xb), {}) for f in castable} == {
+        Family.LOWER_PRECISION: BF16, Family.FP32: FP32, Family.FP32_WITH_DTYPE: FP32, Family.PROMOTE: FP32}
+    assert HANDLERS[Family.FP32_WITH_DTYPE](region, "sum", (xb,), {"dtype": BF16}) is None  # a given dtype wins
+    assert all(HANDLERS[f](region, "op", (ints, x.double()), {}) is None for f in castable)  # nothing eligible
+    assert HANDLERS[Family.BANNED](region, "some_op", (1.0,), {}) is None  # no tensor on the device
+    with pytest.raises(RuntimeError, match="some_op is banned"):
+        HANDLERS[Family.BANNED](region, "some_op", (ints,), {})

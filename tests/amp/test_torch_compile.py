@@ -120,8 +120,8 @@ def test_the_counters_can_fail(monkeypatch):
     """Without the per-callable decisions made ahead of the tracer, the trace
     must call code it cannot trace: the same counters report the breaks."""
     task, x, y = _task("digits")
-    monkeypatch.setattr(torch_autocast, "_TRACE_NAMES", {})
-    monkeypatch.setattr(torch_autocast, "_TRACED_CLONES", {})
+    monkeypatch.setattr(torch_autocast._TRACING, "names", {})
+    monkeypatch.setattr(torch_autocast._TRACING, "traced_clones", {})
     _compiled_steps(task, x, y, steps=1)
     assert sum(counters["graph_break"].values()) > 0
 
