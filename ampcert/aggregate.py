@@ -13,27 +13,29 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert.results import RunResult
+from ampcert.vocabulary import Subject
 
-GroupKey = tuple[str, str, str, str]
-"""(workload label, backend, amp, precision): what a table row and a certificate subject speak about."""
+#: what a table row and a certificate subject speak about (the name from before there was :class:`Subject`)
+GroupKey = Subject
 
 # Tables list the reference first, then the low precisions widest-exponent first.
 TABLE_ORDER = ("fp32", "bf16", "fp16", "fp8", "mxfp8")
 REFERENCE = "fp32"
 
 
-def group_key(r: RunResult) -> GroupKey:
-    return (r.spec.label, r.spec.backend, r.spec.amp, r.spec.precision)
+def group_key(r: RunResult) -> Subject:
+    """The subject a run belongs to: its entry's label, backend, amp and precision."""
+    return Subject(r.spec.label, r.spec.backend, r.spec.amp, r.spec.precision)
 
 
-def reference_key(key: GroupKey) -> GroupKey:
+def reference_key(key: Subject) -> Subject:
     """The FP32 group a low-precision group is compared with: same entry, backend and amp."""
-    return (key[0], key[1], key[2], REFERENCE)
+    return key.with_precision(REFERENCE)
 
 
 def is_repeat(r: RunResult) -> bool:
@@ -41,17 +43,19 @@ def is_repeat(r: RunResult) -> bool:
     return bool(getattr(r.spec, "repeat", 0))
 
 
-def sort_key(key: GroupKey) -> tuple[str, str, str, int]:
-    return (key[0], key[1], key[2], TABLE_ORDER.index(key[3]) if key[3] in TABLE_ORDER else len(TABLE_ORDER))
+def sort_key(key: Subject) -> tuple[str, str, str, int]:
+    """Table order: by entry, backend and amp, then the precisions in :data:`TABLE_ORDER`."""
+    order = TABLE_ORDER.index(key.precision) if key.precision in TABLE_ORDER else len(TABLE_ORDER)
+    return (key.workload, key.backend, key.amp, order)
 
 
 def group_runs(runs: Iterable[RunResult], *, repeats: bool = False,
-               skipped: bool = True) -> dict[GroupKey, list[RunResult]]:
+               skipped: bool = True) -> dict[Subject, list[RunResult]]:
     """The runs of each group, groups in table order, runs in the order given.
 
     ``repeats=False`` leaves out determinism reruns (the seeds of a group are
     its samples); ``skipped=False`` leaves out runs the plan skipped."""
-    groups: dict[GroupKey, list[RunResult]] = {}
+    groups: dict[Subject, list[RunResult]] = {}
     for r in runs:
         if (not repeats and is_repeat(r)) or (not skipped and r.status == "skipped"):
             continue
@@ -62,7 +66,7 @@ def group_runs(runs: Iterable[RunResult], *, repeats: bool = False,
 # --------------------------------------------------------------------------- comparability
 
 
-def capped_groups(runs: Iterable[RunResult]) -> dict[GroupKey, int]:
+def capped_groups(runs: Iterable[RunResult]) -> dict[Subject, int]:
     """The groups trained on a smaller step budget than FP32's, with their step cap.
 
     A suite with ``unaccelerated: cap`` trains a precision the device does not
@@ -74,11 +78,11 @@ def capped_groups(runs: Iterable[RunResult]) -> dict[GroupKey, int]:
     a folder reads the same way whoever renders it.
     """
     runs = list(runs)
-    reference: dict[GroupKey, set[str]] = {}
+    reference: dict[Subject, set[str]] = {}
     for r in runs:
         if r.spec.precision == REFERENCE:
             reference.setdefault(group_key(r), set()).add(r.spec.train.model_dump_json())
-    capped: dict[GroupKey, int] = {}
+    capped: dict[Subject, int] = {}
     for r in runs:
         key = group_key(r)
         budgets = reference.get(reference_key(key))
@@ -96,8 +100,15 @@ def not_comparable(step_cap: int) -> str:
 # --------------------------------------------------------------------------- the numbers
 
 
-class Aggregate(BaseModel):
-    """One group across its seeds (determinism repeats excluded): counts and means of the completed runs."""
+_Row = TypeVar("_Row", bound="SubjectRow")
+
+
+class SubjectRow(BaseModel):
+    """A table row's first four columns: its :class:`~ampcert.vocabulary.Subject`, flat.
+
+    The rows of summary.json, report.json's table and the capacity plan carry the
+    subject as four keys of their own (their JSON predates :class:`Subject`), so
+    they declare them here, once, and read them back as one :attr:`key`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -105,6 +116,21 @@ class Aggregate(BaseModel):
     backend: str
     amp: str
     precision: str
+
+    @property
+    def key(self) -> Subject:
+        return Subject(self.workload, self.backend, self.amp, self.precision)
+
+    @classmethod
+    def of(cls: type[_Row], subject: Subject, **columns: Any) -> _Row:
+        """The row of ``subject`` with the other ``columns``."""
+        return cls(workload=subject.workload, backend=subject.backend, amp=subject.amp,
+                   precision=subject.precision, **columns)
+
+
+class Aggregate(SubjectRow):
+    """One group across its seeds (determinism repeats excluded): counts and means of the completed runs."""
+
     runs: int
     completed: int
     failed: int
@@ -130,10 +156,6 @@ class Aggregate(BaseModel):
         default=None, description="why this row's metric must not be read against FP32's, e.g. "
         "'not comparable (capped at 30 steps)': a smaller step budget than FP32's")
 
-    @property
-    def key(self) -> GroupKey:
-        return (self.workload, self.backend, self.amp, self.precision)
-
 
 def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
@@ -157,8 +179,8 @@ def aggregate(runs: Iterable[RunResult]) -> list[Aggregate]:
         metrics = _present(r.final_metric for r in done)
         reached = [r for r in done if r.target_reached is not None]
         first = g[0]
-        rows.append(Aggregate(
-            workload=key[0], backend=key[1], amp=key[2], precision=key[3], runs=len(g), completed=len(done),
+        rows.append(Aggregate.of(
+            key, runs=len(g), completed=len(done),
             failed=sum(r.status == "failed" for r in g), skipped=sum(r.status == "skipped" for r in g),
             metric=first.metric, higher_is_better=first.higher_is_better,
             final_metric_mean=_mean(metrics),

@@ -35,7 +35,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ampcert.aggregate import REFERENCE, group_runs, reference_key
+from ampcert.aggregate import REFERENCE, SubjectRow, group_runs, reference_key
 from ampcert.errors import UserError
 from ampcert.resources import config_path
 from ampcert.results import RunResult
@@ -101,11 +101,7 @@ def load_pricing(path: str | Path | None = None) -> Pricing:
 # --------------------------------------------------------------------------- the plan
 
 
-class PlanRow(_Model):
-    workload: str
-    backend: str
-    amp: str
-    precision: str
+class PlanRow(SubjectRow):
     device: str = Field(description="the device name the runs recorded")
     accelerated: bool
     capability_note: str = ""
@@ -182,7 +178,7 @@ def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
     groups = group_runs(runs, skipped=False)
     n, k = target_samples, gpus
     rows: list[PlanRow] = []
-    for (workload, backend, amp, precision), members in sorted(groups.items()):  # report.json's order
+    for subject, members in sorted(groups.items()):  # report.json's order
         done = [r for r in members if r.status == "completed"]
         first = (done or members)[0]
         device = str((first.environment or {}).get("device_name") or first.spec.device)
@@ -208,8 +204,8 @@ def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
         if cost is None:
             cost_reason = (f"no price for {device!r} in {table.source}: pass --price-per-gpu-hour"
                            if price is None else "no throughput measured")
-        rows.append(PlanRow(
-            workload=workload, backend=backend, amp=amp, precision=precision, device=device,
+        rows.append(PlanRow.of(
+            subject, device=device,
             accelerated=first.accelerated, capability_note=first.capability_note, seeds=len(done),
             samples_per_s=thr, samples_per_s_range=thr_rng, wall_time_h=wall, wall_time_h_range=wall_rng,
             gpu_hours=hours, gpu_hours_range=hours_rng, j_per_sample=jps, j_per_sample_range=jps_rng,
@@ -217,9 +213,9 @@ def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
             energy_method=measured.get("method"), energy_reason=reason, price_per_gpu_hour=price,
             price_source=source, cost=cost, cost_range=cost_rng, cost_reason=cost_reason,
         ))
-    ref = {(r.workload, r.backend, r.amp, r.precision): r for r in rows if r.precision == REFERENCE}
+    ref = {r.key: r for r in rows if r.precision == REFERENCE}
     for i, row in enumerate(rows):
-        fp32 = ref.get(reference_key((row.workload, row.backend, row.amp, row.precision)))
+        fp32 = ref.get(reference_key(row.key))
         if fp32 is None or row is fp32:
             continue
         rows[i] = row.model_copy(update={
@@ -327,7 +323,7 @@ def notes(cp: CapacityPlan) -> list[str]:
     """Why figures are missing, each reason once."""
     out: dict[str, list[str]] = defaultdict(list)
     for r in cp.rows:
-        name = f"{r.workload}/{r.backend}/{r.amp}/{r.precision}"
+        name = str(r.key)
         if r.energy_reason:
             out[f"energy not measured: {r.energy_reason}"].append(name)
         if r.cost_reason:

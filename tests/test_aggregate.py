@@ -31,6 +31,12 @@ from ampcert.results import (
     load,
 )
 from ampcert.spec import expand, parse_suite
+from ampcert.vocabulary import Subject
+
+
+def _subject(row: dict) -> Subject:
+    """A JSON row's four subject columns as a Subject."""
+    return Subject(row["workload"], row["backend"], row["amp"], row["precision"])
 
 
 def _specs(backend: str):
@@ -98,18 +104,17 @@ def test_summary_report_console_html_and_certificate_agree(folder):
     summary = json.loads((folder / "summary.json").read_text())
     report = json.loads((folder / "report.json").read_text())
     for group in summary["groups"]:
-        row = expected[(group["workload"], group["backend"], group["amp"], group["precision"])]
+        row = expected[_subject(group)]
         assert (group["runs"], group["completed"], group["failed"], group["skipped"]) == \
             (row.runs, row.completed, row.failed, row.skipped)
         assert group["final_metric_mean"] == row.final_metric_mean and group["speedup_vs_fp32"] == row.speedup_vs_fp32
     for table_row in report["table"]:
-        row = expected[(table_row["workload"], table_row["backend"], table_row["amp"], table_row["precision"])]
+        row = expected[_subject(table_row)]
         assert (table_row["runs"], table_row["completed"], table_row["failed"]) == (row.runs, row.completed, row.failed)
         assert table_row["final_metric_mean"] == row.final_metric_mean
         assert table_row["samples_per_s_mean"] == row.samples_per_s_mean
     assert len(summary["groups"]) == len(report["table"]) == 4
-    assert [tuple(g[k] for k in ("workload", "backend", "amp", "precision")) for g in summary["groups"]] == \
-        [tuple(t[k] for k in ("workload", "backend", "amp", "precision")) for t in report["table"]] == list(expected)
+    assert [_subject(g) for g in summary["groups"]] == [_subject(t) for t in report["table"]] == list(expected)
 
     # the console table: one line per group, with the backend column (two backends here) and the same numbers
     out = Console(record=True, width=200, force_terminal=False)
@@ -130,11 +135,10 @@ def test_summary_report_console_html_and_certificate_agree(folder):
 
     # the certificate speaks about the same subjects, and its verdict is in report.json's row
     cert = evaluate(load(folder).runs, load_rules("default"))
-    subjects = {s.subject.key(): s.status for s in cert.subjects}
-    assert set(subjects) <= set(expected) and {k for k in expected if k[3] == "bf16"} <= set(subjects)
+    subjects = {s.subject: s.status for s in cert.subjects}
+    assert set(subjects) <= set(expected) and {k for k in expected if k.precision == "bf16"} <= set(subjects)
     for table_row in report["table"]:
-        key = (table_row["workload"], table_row["backend"], table_row["amp"], table_row["precision"])
-        assert table_row["verdict"] == subjects.get(key)
+        assert table_row["verdict"] == subjects.get(_subject(table_row))
 
 
 def test_compare_and_plan_group_the_same_runs(folder):
@@ -142,17 +146,17 @@ def test_compare_and_plan_group_the_same_runs(folder):
     result = session.compare(folder, folder)
     compared = {}
     for c in result.comparisons:
-        key = (c.subject.workload, c.subject.backend, c.subject.amp, c.subject.precision)
-        compared.setdefault(key, set()).add(c.baseline.runs)
+        compared.setdefault(c.subject, set()).add(c.baseline.runs)
     assert set(compared) == set(expected)
     for key, counts in compared.items():
         assert max(counts) == expected[key].completed, key
 
     cap = session.capacity(folder, 10_000)
-    assert {(r.workload, r.backend, r.amp, r.precision): r.seeds for r in cap.plan.rows} == \
+    assert {r.key: r.seeds for r in cap.plan.rows} == \
         {k: row.completed for k, row in expected.items()}
 
 
 def test_group_key_names_the_entry_backend_amp_and_precision(folder):
     run = load(folder).runs[0]
-    assert group_key(run) == (run.spec.label, run.spec.backend, run.spec.amp, run.spec.precision)
+    assert group_key(run) == Subject(run.spec.label, run.spec.backend, run.spec.amp, run.spec.precision)
+    assert str(group_key(run)) == f"{run.spec.label}/{run.spec.backend}/{run.spec.amp}/{run.spec.precision}"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,28 +25,19 @@ from ampcert.aggregate import group_runs, not_comparable, reference_key
 from ampcert.certify import rules as R
 from ampcert.certify.stats import olympic_mean, paired_tost
 from ampcert.results import RunResult
+from ampcert.vocabulary import Status, Subject, worst
 
-Status = Literal["PASS", "FAIL", "INCONCLUSIVE"]
-_ORDER = {"FAIL": 0, "INCONCLUSIVE": 1, "PASS": 2}
+__all__ = ["CHECK_FUNCTIONS", "CHECK_SPECS", "Certificate", "CheckSpec", "Status", "Subject", "SubjectVerdict",
+           "Verdict", "evaluate", "format_certificate", "judges", "worst"]
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Subject(_Model):
-    workload: str  # the entry's label
-    backend: str
-    amp: str
-    precision: str
+# (No docstrings on the models below: pydantic would write them into report.v1.schema.json.)
 
-    def key(self) -> tuple[str, str, str, str]:
-        return (self.workload, self.backend, self.amp, self.precision)
-
-    def __str__(self) -> str:
-        return f"{self.workload}/{self.backend}/{self.amp}/{self.precision}"
-
-
+# One rule's finding on one subject (verdicts.json's ``verdicts``).
 class Verdict(_Model):
     rule: str
     check: str
@@ -57,6 +48,7 @@ class Verdict(_Model):
     evidence: dict[str, Any] = Field(default_factory=dict)
 
 
+# A subject's verdict: the worst of its required rules' (verdicts.json's ``subjects``).
 class SubjectVerdict(_Model):
     subject: Subject
     status: Status
@@ -64,16 +56,12 @@ class SubjectVerdict(_Model):
     inconclusive: list[str] = Field(default_factory=list)
 
 
+# Every verdict of a rule pack on a folder's subjects; its status is the worst subject's.
 class Certificate(_Model):
     rules: dict[str, str] = Field(description="name, source and sha256 of the rule pack")
     status: Status
     subjects: list[SubjectVerdict]
     verdicts: list[Verdict]
-
-
-def worst(statuses: Iterable[str]) -> Status:
-    found = list(statuses)
-    return cast(Status, min(found, key=_ORDER.__getitem__)) if found else "PASS"
 
 
 # --------------------------------------------------------------------------- grouping
@@ -109,8 +97,8 @@ def _repeat(r: RunResult) -> int:
     return getattr(r.spec, "repeat", 0) or 0
 
 
-def _verdict(rule, group: _Group, status: Status, summary: str, required: bool | None = None,
-             **evidence) -> Verdict:
+def _verdict(rule: R.RuleModel, group: _Group, status: Status, summary: str, required: bool | None = None,
+             **evidence: Any) -> Verdict:
     return Verdict(rule=rule.id, check=rule.check, subject=group.subject, status=status,
                    required=rule.required if required is None else required, summary=summary,
                    evidence=evidence)
@@ -132,31 +120,70 @@ def _capped_summary(group: _Group, capped: list[str], why: str) -> str:
     return f"{not_comparable(cap)}: training budget differs from FP32's (steps capped on an unaccelerated precision){why}"
 
 
+# --------------------------------------------------------------------------- the registry
+
+CheckFunction = Callable[[Any, _Group], "Verdict | None"]
+_F = TypeVar("_F", bound=Callable[..., "Verdict | None"])
+
+
+class CheckSpec(NamedTuple):
+    """One check, declared once: the id a rule pack names (the model's ``check``
+    Literal), the model of its parameters (certify/rules.py) and the function that
+    judges one subject (here, registered with :func:`judges`)."""
+
+    id: str
+    rule_model: type[R.RuleModel]
+    function: CheckFunction
+
+
+#: every check by id, filled by @judges as this module is read
+CHECK_SPECS: dict[str, CheckSpec] = {}
+
+
+def judges(model: type[R.RuleModel]) -> Callable[[_F], _F]:
+    """Register the decorated ``check_<name>(rule, group)`` as the function of ``model``'s check.
+
+    Returns a :class:`Verdict` with its evidence, or None where the check does not
+    apply to the subject. Importing this module fails if a rule model has no function."""
+
+    def register(function: _F) -> _F:
+        if not model.check_id:
+            raise TypeError(f"{model.__name__} declares no check (a one-value Literal `check` field)")
+        if model.check_id in CHECK_SPECS:
+            raise TypeError(f"check {model.check_id!r} is judged twice: {CHECK_SPECS[model.check_id].function.__name__} "
+                            f"and {function.__name__}")
+        CHECK_SPECS[model.check_id] = CheckSpec(model.check_id, model, function)
+        return function
+
+    return register
+
+
 # --------------------------------------------------------------------------- checks
 
 
+@judges(R.AccuracyParity)
 def check_accuracy_parity(rule: R.AccuracyParity, g: _Group) -> Verdict | None:
     if rule.reference == g.subject.precision:
         return None  # a precision is not compared with itself
     margin = rule.threshold(g.subject.workload, g.workload)
     ref_runs = g.reference(rule.reference)
     if rule.reference != "fp32" and not ref_runs:
-        return _verdict(rule, g, "INCONCLUSIVE", f"no {rule.reference} runs of this entry to compare with: "
+        return _verdict(rule, g, Status.INCONCLUSIVE, f"no {rule.reference} runs of this entry to compare with: "
                         f"add {rule.reference} to the suite's precisions", reference=rule.reference)
     failed = _failed(g.primary)
     if failed:
         f = failed[0]
-        return _verdict(rule, g, "FAIL", f"{len(failed)} run(s) failed, e.g. seed {f['seed']}: {f['reason']}",
+        return _verdict(rule, g, Status.FAIL, f"{len(failed)} run(s) failed, e.g. seed {f['seed']}: {f['reason']}",
                         failed_runs=failed, margin=margin)
     capped = _budgets_differ(g)
     if capped:
-        return _verdict(rule, g, "INCONCLUSIVE", _capped_summary(g, capped, ": final metrics are not comparable"),
+        return _verdict(rule, g, Status.INCONCLUSIVE, _capped_summary(g, capped, ": final metrics are not comparable"),
                         runs=capped)
     low, ref = g.by_seed(g.completed()), g.by_seed(g.completed(ref_runs))
     seeds = sorted(set(low) & set(ref))
     pairs = {s: (low[s].final_metric, ref[s].final_metric) for s in seeds}
     if len(seeds) < rule.min_seeds:
-        return _verdict(rule, g, "INCONCLUSIVE", f"{len(seeds)} seed(s) with both precisions completed; the "
+        return _verdict(rule, g, Status.INCONCLUSIVE, f"{len(seeds)} seed(s) with both precisions completed; the "
                         f"rule needs at least {rule.min_seeds}", n=len(seeds), min_seeds=rule.min_seeds,
                         pairs=pairs, margin=margin, reference=rule.reference)
     # completed runs: their final metrics are set
@@ -166,47 +193,49 @@ def check_accuracy_parity(rule: R.AccuracyParity, g: _Group) -> Verdict | None:
     text = f"mean difference {t.mean_diff:+.4f} over {t.n} seeds, {ci}, margin ±{margin:g}, TOST p={t.p_value:.3g}"
     if rule.reference != "fp32":
         text = f"vs {rule.reference}: {text}"
-    status: Status = "PASS" if t.equivalent else "FAIL" if t.outside else "INCONCLUSIVE"
-    if status == "INCONCLUSIVE":
+    status = Status.PASS if t.equivalent else Status.FAIL if t.outside else Status.INCONCLUSIVE
+    if status == Status.INCONCLUSIVE:
         text += " (the interval crosses the margin: more seeds would decide)"
     return _verdict(rule, g, status, text, tost=t.as_dict(), pairs=pairs, metric=g.completed()[0].metric,
                     reference=rule.reference)
 
 
+@judges(R.Convergence)
 def check_convergence(rule: R.Convergence, g: _Group) -> Verdict | None:
     if not g.primary or g.primary[0].spec.train.target is None:
         return None  # a fixed step budget has no target to converge to
     limit = rule.threshold(g.subject.workload, g.workload)
     capped = _budgets_differ(g)
     if capped:
-        return _verdict(rule, g, "INCONCLUSIVE", _capped_summary(g, capped, ""), runs=capped)
+        return _verdict(rule, g, Status.INCONCLUSIVE, _capped_summary(g, capped, ""), runs=capped)
     ref = g.completed(g.ref)
     missed_ref = [r.spec.seed for r in g.ref if not (r.status == "completed" and r.target_reached)]
     if missed_ref or not ref:
-        return _verdict(rule, g, "INCONCLUSIVE", f"the FP32 reference did not reach the target for seeds "
+        return _verdict(rule, g, Status.INCONCLUSIVE, f"the FP32 reference did not reach the target for seeds "
                         f"{missed_ref or 'all'}", reference_missed=missed_ref)
     missed = [{"seed": r.spec.seed, "status": r.status, "reason": r.reason, "final_metric": r.final_metric}
               for r in g.primary if not (r.status == "completed" and r.target_reached)]
     if missed:
-        return _verdict(rule, g, "FAIL", f"{len(missed)} of {len(g.primary)} seed(s) did not reach the target "
+        return _verdict(rule, g, Status.FAIL, f"{len(missed)} of {len(g.primary)} seed(s) did not reach the target "
                         f"{g.primary[0].spec.train.target:g}", missed=missed)
     if len(g.primary) < rule.min_seeds:
-        return _verdict(rule, g, "INCONCLUSIVE", f"{len(g.primary)} seed(s); the rule needs at least "
+        return _verdict(rule, g, Status.INCONCLUSIVE, f"{len(g.primary)} seed(s); the rule needs at least "
                         f"{rule.min_seeds}", n=len(g.primary), min_seeds=rule.min_seeds)
     low_s = [cast(int, r.samples_to_target) for r in g.primary]  # every run reached the target (above)
     ref_s = [cast(int, r.samples_to_target) for r in ref]
     ratio = olympic_mean(low_s) / olympic_mean(ref_s)
-    status: Status = "PASS" if ratio <= limit else "FAIL"
+    status = Status.PASS if ratio <= limit else Status.FAIL
     return _verdict(rule, g, status, f"samples-to-target {olympic_mean(low_s):.0f} vs FP32 "
                     f"{olympic_mean(ref_s):.0f} (olympic means): ratio {ratio:.3f}, limit {limit:g}",
                     ratio=ratio, max_ratio=limit, samples_to_target=low_s, reference_samples_to_target=ref_s,
                     score="olympic mean (drop fastest and slowest with >= 3 seeds)")
 
 
+@judges(R.Determinism)
 def check_determinism(rule: R.Determinism, g: _Group) -> Verdict | None:
     repeats = [r for r in g.all if _repeat(r) > 0]
     if not repeats:
-        return _verdict(rule, g, "INCONCLUSIVE", "no repeated seed was run (a suite with `certify:` schedules "
+        return _verdict(rule, g, Status.INCONCLUSIVE, "no repeated seed was run (a suite with `certify:` schedules "
                         "them)", repeats_found=0)
     originals = g.by_seed(g.primary)
     compared, problems = [], []
@@ -233,26 +262,27 @@ def check_determinism(rule: R.Determinism, g: _Group) -> Verdict | None:
                 problems.append(f"seed {rep.spec.seed}: deterministic algorithms not enabled/recorded")
         compared.append(entry)
     if not compared:
-        return _verdict(rule, g, "INCONCLUSIVE", "repeats found, but not of a seed that ran once normally")
+        return _verdict(rule, g, Status.INCONCLUSIVE, "repeats found, but not of a seed that ran once normally")
     if problems:
-        return _verdict(rule, g, "FAIL", "; ".join(problems), compared=compared)
-    return _verdict(rule, g, "PASS", f"{len(compared)} repeated run(s): loss trajectories and final-weight "
+        return _verdict(rule, g, Status.FAIL, "; ".join(problems), compared=compared)
+    return _verdict(rule, g, Status.PASS, f"{len(compared)} repeated run(s): loss trajectories and final-weight "
                     "digests identical bit for bit", compared=compared)
 
 
+@judges(R.SeedSpread)
 def check_seed_spread(rule: R.SeedSpread, g: _Group) -> Verdict | None:
     done = g.completed()
     limit = rule.threshold(g.subject.workload, g.workload)
     if len(done) < rule.min_seeds:
-        return _verdict(rule, g, "INCONCLUSIVE", f"{len(done)} completed seed(s); the rule needs at least "
+        return _verdict(rule, g, Status.INCONCLUSIVE, f"{len(done)} completed seed(s); the rule needs at least "
                         f"{rule.min_seeds}", n=len(done))
     values = {r.spec.seed: cast(float, r.final_metric) for r in done}
     spread = max(values.values()) - min(values.values())
     digests = {r.weights_sha256 for r in done}
     if len(digests) == 1:
-        return _verdict(rule, g, "FAIL", f"{len(done)} different seeds produced identical final weights: the "
+        return _verdict(rule, g, Status.FAIL, f"{len(done)} different seeds produced identical final weights: the "
                         "seed does not reach the run", final_metric=values)
-    status: Status = "PASS" if spread <= limit else "FAIL"
+    status = Status.PASS if spread <= limit else Status.FAIL
     return _verdict(rule, g, status, f"final metric ranges {spread:.4f} across {len(done)} seeds "
                     f"(limit {limit:g})", spread=spread, max_spread=limit, final_metric=values)
 
@@ -261,6 +291,7 @@ def _post_warmup(r: RunResult, warmup: int) -> int:
     return max(r.steps - warmup, 0)
 
 
+@judges(R.ScalerSkipRate)
 def check_scaler_skip_rate(rule: R.ScalerSkipRate, g: _Group) -> Verdict | None:
     scaled = [r for r in g.completed(g.all) if r.loss_scale is not None]
     if not scaled:
@@ -270,15 +301,16 @@ def check_scaler_skip_rate(rule: R.ScalerSkipRate, g: _Group) -> Verdict | None:
     for r in scaled:
         n = _post_warmup(r, rule.warmup_steps)
         if n == 0:
-            return _verdict(rule, g, "INCONCLUSIVE", f"run {r.run_id} has no steps after the warm-up of "
+            return _verdict(rule, g, Status.INCONCLUSIVE, f"run {r.run_id} has no steps after the warm-up of "
                             f"{rule.warmup_steps}")
         rates[r.run_id] = sum(1 for s in (r.skipped_steps or []) if s > rule.warmup_steps) / n
     worst_id = max(rates, key=rates.__getitem__)
-    status: Status = "PASS" if rates[worst_id] <= limit else "FAIL"
+    status = Status.PASS if rates[worst_id] <= limit else Status.FAIL
     return _verdict(rule, g, status, f"skipped-step rate after step {rule.warmup_steps}: worst "
                     f"{rates[worst_id]:.3f} ({worst_id}), limit {limit:g}", rates=rates, max_rate=limit)
 
 
+@judges(R.ScalerFloor)
 def check_scaler_floor(rule: R.ScalerFloor, g: _Group) -> Verdict | None:
     scaled = [r for r in g.completed(g.all) if r.loss_scale]
     if not scaled:
@@ -288,15 +320,16 @@ def check_scaler_floor(rule: R.ScalerFloor, g: _Group) -> Verdict | None:
     for r in scaled:
         post = (r.loss_scale or [])[rule.warmup_steps:]
         if not post:
-            return _verdict(rule, g, "INCONCLUSIVE", f"run {r.run_id} has no steps after the warm-up")
+            return _verdict(rule, g, Status.INCONCLUSIVE, f"run {r.run_id} has no steps after the warm-up")
         shares[r.run_id] = sum(1 for s in post if s <= rule.floor) / len(post)
     worst_id = max(shares, key=shares.__getitem__)
-    status: Status = "PASS" if shares[worst_id] <= limit else "FAIL"
+    status = Status.PASS if shares[worst_id] <= limit else Status.FAIL
     return _verdict(rule, g, status, f"share of steps with the scale at or below {rule.floor:g}: worst "
                     f"{shares[worst_id]:.3f} ({worst_id}), limit {limit:g}", shares=shares,
                     final_scales={r.run_id: (r.loss_scale or [])[-1] for r in scaled})
 
 
+@judges(R.NonFiniteLoss)
 def check_nonfinite_loss(rule: R.NonFiniteLoss, g: _Group) -> Verdict | None:
     from ampcert.results import FailureKind
 
@@ -305,16 +338,16 @@ def check_nonfinite_loss(rule: R.NonFiniteLoss, g: _Group) -> Verdict | None:
     nonfinite = [r for r in g.all if r.failure_kind == FailureKind.NON_FINITE]
     stopped = _failed(nonfinite)
     if stopped:
-        return _verdict(rule, g, "FAIL", f"{len(stopped)} run(s) stopped on a non-finite loss, e.g. seed "
+        return _verdict(rule, g, Status.FAIL, f"{len(stopped)} run(s) stopped on a non-finite loss, e.g. seed "
                         f"{stopped[0]['seed']}: {stopped[0]['reason']}", stopped=stopped)
     other = _failed(g.all)
     done = g.completed(g.all)
     if not done:
-        return _verdict(rule, g, "INCONCLUSIVE", "no completed run" + (f"; failures: {other[0]['reason']}"
+        return _verdict(rule, g, Status.INCONCLUSIVE, "no completed run" + (f"; failures: {other[0]['reason']}"
                                                                     if other else ""), failed_runs=other)
     shares = {r.run_id: (sum(1 for v in r.loss if v is None) / len(r.loss)) if r.loss else 0.0 for r in done}
     worst_id = max(shares, key=shares.__getitem__)
-    status: Status = "PASS" if shares[worst_id] <= limit else "FAIL"
+    status = Status.PASS if shares[worst_id] <= limit else Status.FAIL
     return _verdict(rule, g, status, f"non-finite losses: worst {shares[worst_id]:.3f} of steps ({worst_id}), "
                     f"limit {limit:g}", shares=shares)
 
@@ -328,10 +361,10 @@ def _ratio_check(rule, g: _Group, value: Callable[[RunResult], float | None], wh
     required = rule.required and not unaccelerated
     note = {"advisory_because": f"{g.subject.precision} is not accelerated on this device"} if unaccelerated else {}
     if not low or not ref:
-        return _verdict(rule, g, "INCONCLUSIVE", f"no {what} measured for the precision or for FP32",
+        return _verdict(rule, g, Status.INCONCLUSIVE, f"no {what} measured for the precision or for FP32",
                         required=required, **note)
     if len(devices) > 1:
-        return _verdict(rule, g, "INCONCLUSIVE", f"runs on different devices {sorted(devices)}",
+        return _verdict(rule, g, Status.INCONCLUSIVE, f"runs on different devices {sorted(devices)}",
                         required=required, **note)
     ratio = statistics.median(low) / statistics.median(ref)
     limit = rule.threshold(g.subject.workload, g.workload)
@@ -340,18 +373,21 @@ def _ratio_check(rule, g: _Group, value: Callable[[RunResult], float | None], wh
            f"{'at least' if higher_is_good else 'at most'} {limit:g}"
     if unaccelerated:
         text += f"; advisory: {g.subject.precision} is not accelerated on this device"
-    return _verdict(rule, g, "PASS" if ok else "FAIL", text, required=required, ratio=ratio, limit=limit,
+    return _verdict(rule, g, Status.PASS if ok else Status.FAIL, text, required=required, ratio=ratio, limit=limit,
                     values=low, reference_values=ref, **note)
 
 
+@judges(R.Speedup)
 def check_speedup(rule: R.Speedup, g: _Group) -> Verdict | None:
     return _ratio_check(rule, g, lambda r: r.samples_per_s, "training samples/s", True)
 
 
+@judges(R.MemoryRatio)
 def check_memory_ratio(rule: R.MemoryRatio, g: _Group) -> Verdict | None:
     return _ratio_check(rule, g, lambda r: r.peak_memory.value if r.peak_memory else None, "peak memory", False)
 
 
+@judges(R.PrecisionDisclosure)
 def check_precision_disclosure(rule: R.PrecisionDisclosure, g: _Group) -> Verdict | None:
     """Each run's measured lowest precision (result.json ``lowest_precision``)
     against the suite's declaration for its precision, field by field."""
@@ -376,15 +412,16 @@ def check_precision_disclosure(rule: R.PrecisionDisclosure, g: _Group) -> Verdic
     shown = ", ".join(f"{k} {v}" for k, v in sorted(declared.items()))
     if mismatches:
         m = mismatches[0]
-        return _verdict(rule, g, "FAIL", f"{len(mismatches)} disclosure(s) differ from the declared {shown}, "
+        return _verdict(rule, g, Status.FAIL, f"{len(mismatches)} disclosure(s) differ from the declared {shown}, "
                         f"e.g. seed {m['seed']}: {m['part']} declared {m['declared']}, measured {m['observed']}",
                         declared=declared, mismatches=mismatches, unmeasured=unmeasured)
     if unmeasured:
-        return _verdict(rule, g, "INCONCLUSIVE", f"{len(unmeasured)} run(s) recorded no measured precision "
+        return _verdict(rule, g, Status.INCONCLUSIVE, f"{len(unmeasured)} run(s) recorded no measured precision "
                         f"to hold to the declared {shown}", declared=declared, unmeasured=unmeasured)
-    return _verdict(rule, g, "PASS", f"every run measured the declared {shown}", declared=declared)
+    return _verdict(rule, g, Status.PASS, f"every run measured the declared {shown}", declared=declared)
 
 
+@judges(R.CompileHealth)
 def check_compile_health(rule: R.CompileHealth, g: _Group) -> Verdict | None:
     """The compiled step of each compile: true run: it compiled, with at most
     ``max_graph_breaks`` graph breaks and ``max_recompiles`` recompiles."""
@@ -405,14 +442,15 @@ def check_compile_health(rule: R.CompileHealth, g: _Group) -> Verdict | None:
             problems.append(f"seed {r.spec.seed}: {c.recompiles} recompile(s), limit {rule.max_recompiles}")
     stats = {r.run_id: r.compile_stats.model_dump(mode="json") for r in runs if r.compile_stats}
     if problems:
-        return _verdict(rule, g, "FAIL", "; ".join(problems[:3]), runs=stats)
+        return _verdict(rule, g, Status.FAIL, "; ".join(problems[:3]), runs=stats)
     worst_breaks = max(r.compile_stats.graph_breaks or 0 for r in runs if r.compile_stats)
     worst_recompiles = max(r.compile_stats.recompiles or 0 for r in runs if r.compile_stats)
-    return _verdict(rule, g, "PASS", f"{len(runs)} compiled run(s): at most {worst_breaks} graph break(s) "
+    return _verdict(rule, g, Status.PASS, f"{len(runs)} compiled run(s): at most {worst_breaks} graph break(s) "
                     f"(limit {max_breaks}) and {worst_recompiles} recompile(s) (limit {rule.max_recompiles})",
                     runs=stats)
 
 
+@judges(R.Fp8Health)
 def check_fp8_health(rule: R.Fp8Health, g: _Group) -> Verdict | None:
     """FP8's overflow and its unsafe layers, from each run's eligibility map."""
     runs = [r for r in g.all if r.fp8 is not None and r.fp8.converted_layers]
@@ -432,7 +470,7 @@ def check_fp8_health(rule: R.Fp8Health, g: _Group) -> Verdict | None:
     if len(unsafe) > rule.max_unsafe_layers:
         problems.append(f"{len(unsafe)} converted layer(s) unsafe in FP8: {', '.join(unsafe[:5])}"
                         f" (limit {rule.max_unsafe_layers})")
-    status: Status = "FAIL" if problems else "PASS"
+    status = Status.FAIL if problems else Status.PASS
     text = "; ".join(problems) if problems else (
         f"{recipe}: no non-finite amax in {len(runs)} run(s); no converted layer unsafe"
         + (f"; to review: {', '.join(review[:5])}" if review else ""))
@@ -440,20 +478,15 @@ def check_fp8_health(rule: R.Fp8Health, g: _Group) -> Verdict | None:
                     review_layers=review, max_nonfinite_steps=limit, max_unsafe_layers=rule.max_unsafe_layers)
 
 
-CHECK_FUNCTIONS: dict[str, Callable[[Any, _Group], Verdict | None]] = {
-    "accuracy_parity": check_accuracy_parity,
-    "convergence": check_convergence,
-    "determinism": check_determinism,
-    "seed_spread": check_seed_spread,
-    "scaler_skip_rate": check_scaler_skip_rate,
-    "scaler_floor": check_scaler_floor,
-    "nonfinite_loss": check_nonfinite_loss,
-    "speedup": check_speedup,
-    "memory_ratio": check_memory_ratio,
-    "precision_disclosure": check_precision_disclosure,
-    "compile_health": check_compile_health,
-    "fp8_health": check_fp8_health,
-}
+def _every_check_judged() -> dict[str, CheckFunction]:
+    missing = [c for c in R.CHECKS if c not in CHECK_SPECS]
+    if missing:
+        raise RuntimeError(f"rule models in certify/rules.py without an @judges function here: {missing}")
+    return {c: CHECK_SPECS[c].function for c in R.CHECKS}
+
+
+#: each check's function by id, in rules.CHECKS order (what evaluate calls)
+CHECK_FUNCTIONS: dict[str, CheckFunction] = _every_check_judged()
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -465,26 +498,25 @@ def evaluate(results: Iterable[RunResult], pack: R.RulePack) -> Certificate:
     # included: they are the determinism check's evidence.
     groups = group_runs(results, repeats=True)
     verdicts: list[Verdict] = []
-    for key in sorted(groups):
-        label, backend, amp, precision = key
-        runs = groups[key]
-        subject = Subject(workload=label, backend=backend, amp=amp, precision=precision)
-        siblings = {p: groups.get((label, backend, amp, p), []) for p in ("bf16",)}
-        group = _Group(subject, runs, groups.get(reference_key(key), []), siblings)
+    for subject in sorted(groups):
+        runs = groups[subject]
+        siblings = {p: groups.get(subject.with_precision(p), []) for p in ("bf16",)}
+        group = _Group(subject, runs, groups.get(reference_key(subject), []), siblings)
         for rule in pack.rules:
-            if not rule.applies_to.matches(label, runs[0].spec.workload, backend, amp, precision):
+            if not rule.applies_to.matches(subject.workload, runs[0].spec.workload, subject.backend, subject.amp,
+                                           subject.precision):
                 continue
             v = CHECK_FUNCTIONS[rule.check](rule, group)
             if v is not None:
                 verdicts.append(v)
     subjects = []
-    for key in sorted({v.subject.key() for v in verdicts}):
-        mine = [v for v in verdicts if v.subject.key() == key]
+    for subject in sorted({v.subject for v in verdicts}):
+        mine = [v for v in verdicts if v.subject == subject]
         required = [v for v in mine if v.required]
         subjects.append(SubjectVerdict(
             subject=mine[0].subject, status=worst(v.status for v in required),
-            failed=[v.rule for v in required if v.status == "FAIL"],
-            inconclusive=[v.rule for v in required if v.status == "INCONCLUSIVE"]))
+            failed=[v.rule for v in required if v.status == Status.FAIL],
+            inconclusive=[v.rule for v in required if v.status == Status.INCONCLUSIVE]))
     return Certificate(rules={"name": pack.name, "source": pack.source, "sha256": pack.sha256},
                        status=worst(s.status for s in subjects), subjects=subjects, verdicts=verdicts)
 
@@ -494,7 +526,7 @@ def format_certificate(cert: Certificate) -> str:
     for s in cert.subjects:
         lines.append(f"  {s.status:<12} {s.subject}")
         for v in cert.verdicts:
-            if v.subject.key() == s.subject.key():
+            if v.subject == s.subject:
                 tag = "" if v.required else " (advisory)"
                 lines.append(f"      {v.status:<12} {v.rule}{tag}: {v.summary}")
     return "\n".join(lines)

@@ -17,13 +17,19 @@ Rules are declarative on purpose: MLPerf's compliance checker evaluates rule
 strings as Python; here a rule can only pick a check and set its numbers, so
 a rule file can never run code. Loading validates every field and reports
 the first problem as one line (file, rule, field, what was expected).
+
+A check's parameters are a :class:`RuleModel` subclass whose ``check`` is a
+one-value ``Literal``, its id: defining the class is what adds the check to
+the set a pack may name (:data:`CHECKS`, :data:`Rule`, in the order the
+classes are written here). The function that judges it is registered beside
+it with ``@judges(Model)`` in :mod:`ampcert.certify.checks`.
 """
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -57,7 +63,16 @@ class AppliesTo(_Strict):
                 and ok(self.backends, backend) and ok(self.amp, amp))
 
 
-class _Rule(_Strict):
+#: every check, its id to its rule model, in the order the models are defined below
+RULE_MODELS: dict[str, type[RuleModel]] = {}
+
+
+class RuleModel(_Strict):
+    """What every rule has; a subclass with a ``check: Literal["<id>"]`` field is one check."""
+
+    if TYPE_CHECKING:
+        check: str  # each check's own Literal (pydantic's discriminator), never declared here
+
     id: str = Field(pattern=r"^[a-z][a-z0-9_.-]*$", max_length=80)
     measures: str = Field(min_length=1)
     applies_to: AppliesTo = Field(default_factory=AppliesTo)
@@ -67,6 +82,23 @@ class _Rule(_Strict):
     #: the name of the rule's main threshold field (overridden per workload by ``per_workload``):
     #: a fact of the rule's class, never a field a rule pack could point at another attribute
     threshold_field: ClassVar[str] = ""
+    #: the check's id, from its ``check`` Literal (set when the subclass is defined)
+    check_id: ClassVar[str] = ""
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        field = cls.model_fields.get("check")
+        if field is None:
+            return  # an intermediate base, not a check
+        values = get_args(field.annotation)
+        if get_origin(field.annotation) is not Literal or len(values) != 1 or not isinstance(values[0], str):
+            raise TypeError(f"{cls.__name__}.check: expected a one-value Literal naming the check, "
+                            f"got {field.annotation!r}")
+        if values[0] in RULE_MODELS:
+            raise TypeError(f"{cls.__name__}: check {values[0]!r} is already {RULE_MODELS[values[0]].__name__}")
+        cls.check_id = values[0]
+        RULE_MODELS[values[0]] = cls
 
     def threshold(self, label: str, workload: str) -> float:
         for key in (label, workload):
@@ -75,7 +107,7 @@ class _Rule(_Strict):
         return getattr(self, self.threshold_field)
 
 
-class AccuracyParity(_Rule):
+class AccuracyParity(RuleModel):
     check: Literal["accuracy_parity"]
     margin: float = Field(gt=0)
     alpha: float = Field(0.05, gt=0, lt=0.5)
@@ -86,33 +118,33 @@ class AccuracyParity(_Rule):
     threshold_field: ClassVar[str] = "margin"
 
 
-class Convergence(_Rule):
+class Convergence(RuleModel):
     check: Literal["convergence"]
     max_ratio: float = Field(ge=1.0)
     min_seeds: int = Field(1, ge=1)
     threshold_field: ClassVar[str] = "max_ratio"
 
 
-class Determinism(_Rule):
+class Determinism(RuleModel):
     check: Literal["determinism"]
     repeats: int = Field(1, ge=1, le=10)
 
 
-class SeedSpread(_Rule):
+class SeedSpread(RuleModel):
     check: Literal["seed_spread"]
     max_spread: float = Field(gt=0)
     min_seeds: int = Field(2, ge=2)
     threshold_field: ClassVar[str] = "max_spread"
 
 
-class ScalerSkipRate(_Rule):
+class ScalerSkipRate(RuleModel):
     check: Literal["scaler_skip_rate"]
     warmup_steps: int = Field(0, ge=0)
     max_rate: float = Field(ge=0, le=1)
     threshold_field: ClassVar[str] = "max_rate"
 
 
-class ScalerFloor(_Rule):
+class ScalerFloor(RuleModel):
     check: Literal["scaler_floor"]
     floor: float = Field(1.0, ge=0)
     warmup_steps: int = Field(0, ge=0)
@@ -120,25 +152,32 @@ class ScalerFloor(_Rule):
     threshold_field: ClassVar[str] = "max_fraction"
 
 
-class NonFiniteLoss(_Rule):
+class NonFiniteLoss(RuleModel):
     check: Literal["nonfinite_loss"]
     max_fraction: float = Field(0.0, ge=0, le=1)
     threshold_field: ClassVar[str] = "max_fraction"
 
 
-class Speedup(_Rule):
+class Speedup(RuleModel):
     check: Literal["speedup"]
     min_ratio: float = Field(gt=0)
     threshold_field: ClassVar[str] = "min_ratio"
 
 
-class MemoryRatio(_Rule):
+class MemoryRatio(RuleModel):
     check: Literal["memory_ratio"]
     max_ratio: float = Field(gt=0)
     threshold_field: ClassVar[str] = "max_ratio"
 
 
-class CompileHealth(_Rule):
+class PrecisionDisclosure(RuleModel):
+    """The suite's declared MLPerf precision disclosure (``submission.lowest_precision``)
+    against what each run measured; no verdict where nothing is declared."""
+
+    check: Literal["precision_disclosure"]
+
+
+class CompileHealth(RuleModel):
     """compile: true runs: graph breaks and recompiles of the compiled step, and
     that it compiled at all; no verdict for runs that were not compiled."""
 
@@ -148,7 +187,7 @@ class CompileHealth(_Rule):
     threshold_field: ClassVar[str] = "max_graph_breaks"
 
 
-class Fp8Health(_Rule):
+class Fp8Health(RuleModel):
     """fp8/mxfp8 runs: FP8's overflow (steps where an FP8 operand held inf or
     NaN, so its amax and scale were not finite) and the converted layers the
     eligibility map calls unsafe; no verdict for runs without FP8 layers."""
@@ -159,21 +198,13 @@ class Fp8Health(_Rule):
     threshold_field: ClassVar[str] = "max_nonfinite_steps"
 
 
-class PrecisionDisclosure(_Rule):
-    """The suite's declared MLPerf precision disclosure (``submission.lowest_precision``)
-    against what each run measured; no verdict where nothing is declared."""
-
-    check: Literal["precision_disclosure"]
-
-
-Rule = Annotated[
-    AccuracyParity | Convergence | Determinism | SeedSpread | ScalerSkipRate | ScalerFloor | NonFiniteLoss | Speedup
-    | MemoryRatio | PrecisionDisclosure | CompileHealth | Fp8Health,
-    Field(discriminator="check"),
-]
-CHECKS = ("accuracy_parity", "convergence", "determinism", "seed_spread", "scaler_skip_rate",
-          "scaler_floor", "nonfinite_loss", "speedup", "memory_ratio", "precision_disclosure", "compile_health",
-          "fp8_health")
+#: the ids a rule pack may name, in the order their models are defined
+CHECKS: tuple[str, ...] = tuple(RULE_MODELS)
+#: one rule of a pack: the model its ``check`` names
+if TYPE_CHECKING:
+    Rule = RuleModel
+else:  # a Union over a tuple of classes, which `X | Y` cannot spell
+    Rule = Annotated[Union[tuple(RULE_MODELS.values())], Field(discriminator="check")]  # noqa: UP007
 
 
 class RulePack(_Strict):

@@ -3,7 +3,7 @@
     from ampcert import gate
     result = gate.compare(gate.load_source("baseline/"), gate.load_source("report.json"),
                           gate.load_gate())
-    result.status                       # "PASS" or "FAIL"; exit code 0 / 1
+    result.status                       # Status.PASS or Status.FAIL (str: "PASS", "FAIL"); exit code 0 / 1
 
 A *source* is a results folder (``ampcert run --out DIR``) or a report.json
 (its ``runs``, ``certificate`` and ``suite``). Both sides must come from the

@@ -19,8 +19,9 @@ from ampcert.gate.metrics import compare_metric
 from ampcert.gate.result import GateResult, MetricComparison, RunFailures
 from ampcert.gate.settings import GateConfig, load_gate
 from ampcert.gate.sources import Source, describe
-from ampcert.gate.subjects import as_subject, group_runs, match_subjects
+from ampcert.gate.subjects import group_runs, match_subjects
 from ampcert.gate.verdicts import compare_failures, compare_verdicts
+from ampcert.vocabulary import Status
 
 
 def _group_na(comparisons: list[MetricComparison]) -> dict[str, list[str]]:
@@ -47,7 +48,7 @@ def compare(baseline: Source, candidate: Source, cfg: GateConfig | None = None) 
     pairs, only_b, only_c, notes = match_subjects(by_b, by_c)
     if not pairs:
         def names(keys):
-            return ", ".join(sorted({f"{k[0]}/{k[1]}/{k[3]}" for k in keys})) or "none"
+            return ", ".join(sorted({f"{k.workload}/{k.backend}/{k.precision}" for k in keys})) or "none"
 
         raise UserError(f"no common (workload, backend, precision) between baseline {baseline.path} "
                         f"({names(only_b)}) and candidate {candidate.path} ({names(only_c)})")
@@ -55,9 +56,9 @@ def compare(baseline: Source, candidate: Source, cfg: GateConfig | None = None) 
         notes.append(f"suite {baseline.suite_name!r} differs between the two (sha256 "
                      f"{baseline.suite_sha256[:12]} vs {candidate.suite_sha256[:12]}): common subjects compared")
     for k in only_b:
-        notes.append(f"{'/'.join(k)}: only in the baseline (not compared)")
+        notes.append(f"{k}: only in the baseline (not compared)")
     for k in only_c:
-        notes.append(f"{'/'.join(k)}: only in the candidate (not compared)")
+        notes.append(f"{k}: only in the candidate (not compared)")
     bi, ci = describe(baseline), describe(candidate)
     if bi.devices != ci.devices:
         notes.append(f"devices differ: baseline {', '.join(bi.devices)}; candidate {', '.join(ci.devices)}: "
@@ -65,18 +66,17 @@ def compare(baseline: Source, candidate: Source, cfg: GateConfig | None = None) 
 
     comparisons: list[MetricComparison] = []
     failures: list[RunFailures] = []
-    for bk, ck in pairs:
-        subject = as_subject(bk)
-        cand_subject = None if ck == bk else as_subject(ck)
+    for subject, ck in pairs:
+        cand_subject = None if ck == subject else ck
         for metric, mg in cfg.metrics.items():
             if not mg.enabled:
                 continue
             # one random stream per (subject, metric): a row does not depend on which others exist
             rng = np.random.default_rng([cfg.seed, zlib.crc32(f"{subject}|{metric}".encode())])
-            row = compare_metric(metric, mg, cfg, subject, cand_subject, by_b[bk], by_c[ck], rng)
+            row = compare_metric(metric, mg, cfg, subject, cand_subject, by_b[subject], by_c[ck], rng)
             if row is not None:
                 comparisons.append(row)
-        f = compare_failures(by_b[bk], by_c[ck], subject, cfg)
+        f = compare_failures(by_b[subject], by_c[ck], subject, cfg)
         if f is not None:
             failures.append(f)
     for why, rows in _group_na(comparisons).items():
@@ -89,7 +89,7 @@ def compare(baseline: Source, candidate: Source, cfg: GateConfig | None = None) 
     regressions += [f"{f.subject}: {f.candidate_failed}/{f.runs} run(s) failed (baseline {f.baseline_failed}): "
                     f"{'; '.join(f.reasons)}" for f in failures if f.regression]
     return GateResult(
-        status="FAIL" if regressions else "PASS", regressions=regressions, baseline=bi, candidate=ci,
+        status=Status.FAIL if regressions else Status.PASS, regressions=regressions, baseline=bi, candidate=ci,
         gate={"name": cfg.name, "source": cfg.source, "sha256": cfg.sha256},
         comparisons=comparisons, verdict_changes=verdicts, run_failures=failures, notes=notes,
     )

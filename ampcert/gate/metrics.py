@@ -16,18 +16,19 @@ import math
 import numpy as np
 
 from ampcert.gate.output import fmt_change, fmt_threshold
-from ampcert.gate.result import MetricComparison, RowStatus, Side, SubjectKey
+from ampcert.gate.result import MetricComparison, RowStatus, Side
 from ampcert.gate.samples import Samples, collect_samples
 from ampcert.gate.settings import GateConfig, MetricGate
 from ampcert.gate.significance import bootstrap_medians, change, mannwhitney_p
 from ampcert.results import RunResult
+from ampcert.vocabulary import Subject
 
 UNITS = {"samples_per_s": "samples/s", "time_to_target_s": "s", "peak_memory_bytes": "bytes",
          "energy_j_per_sample": "J/sample"}
 
 
-def compare_metric(metric: str, mg: MetricGate, cfg: GateConfig, subject: SubjectKey,
-                   cand_subject: SubjectKey | None, base: list[RunResult], cand: list[RunResult],
+def compare_metric(metric: str, mg: MetricGate, cfg: GateConfig, subject: Subject,
+                   cand_subject: Subject | None, base: list[RunResult], cand: list[RunResult],
                    rng: np.random.Generator) -> MetricComparison | None:
     """The row for ``metric`` of one subject; None where the metric does not apply (no target to reach)."""
     if metric == "time_to_target_s" and not any(r.target is not None for r in base + cand):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ampcert.errors import UserError
 from ampcert.gate.result import GateResult
+from ampcert.vocabulary import Status
 
 COLUMNS = ["subject", "metric", "baseline", "candidate", "n", "change", "threshold", "evidence", "status"]
 HEADERS = {"n": "runs x samples", "threshold": "worse by >"}
@@ -87,7 +88,7 @@ def to_markdown(result: GateResult) -> str:
         return s.replace("|", "\\|")
 
     head = ("### :x: ampcert gate: FAIL, " + f"{len(result.regressions)} regression(s)"
-            if result.status == "FAIL" else "### :white_check_mark: ampcert gate: PASS, no regression")
+            if result.status == Status.FAIL else "### :white_check_mark: ampcert gate: PASS, no regression")
     b, c = result.baseline, result.candidate
     lines = [head, "",
              f"- baseline: `{b.path}` ({b.kind}, suite `{b.suite}`, {b.runs} runs, {', '.join(b.devices)}"

@@ -14,18 +14,13 @@ from typing import Literal
 from pydantic import Field
 
 from ampcert.gate.settings import GateModel, MetricName
+from ampcert.vocabulary import Status, Subject
 
+# A row's finding (a measurement's change), not a verdict: the verdicts are Status.
 RowStatus = Literal["REGRESSION", "INCONCLUSIVE", "IMPROVED", "OK", "N/A"]
 
-
-class SubjectKey(GateModel):
-    workload: str
-    backend: str
-    amp: str
-    precision: str
-
-    def __str__(self) -> str:
-        return f"{self.workload}/{self.backend}/{self.amp}/{self.precision}"
+#: the gate's name for a :class:`~ampcert.vocabulary.Subject` (kept for code written against it)
+SubjectKey = Subject
 
 
 class Side(GateModel):
@@ -37,8 +32,8 @@ class Side(GateModel):
 
 
 class MetricComparison(GateModel):
-    subject: SubjectKey
-    candidate_subject: SubjectKey | None = Field(default=None, description="set where the AMP implementation changed")
+    subject: Subject
+    candidate_subject: Subject | None = Field(default=None, description="set where the AMP implementation changed")
     metric: MetricName
     unit: str
     direction: Literal["higher", "lower"]
@@ -56,16 +51,16 @@ class MetricComparison(GateModel):
 
 
 class VerdictChange(GateModel):
-    subject: SubjectKey
+    subject: Subject
     rule: str | None = Field(description="a required rule's id; null for the subject's overall verdict")
-    baseline: str | None
-    candidate: str | None
+    baseline: Status | None
+    candidate: Status | None
     regression: bool
     summary: str
 
 
 class RunFailures(GateModel):
-    subject: SubjectKey
+    subject: Subject
     baseline_failed: int
     candidate_failed: int
     runs: int
@@ -80,11 +75,11 @@ class SourceInfo(GateModel):
     suite_sha256: str | None
     runs: int
     devices: list[str]
-    certificate: str | None = Field(description="the certificate's status, if the source has one")
+    certificate: Status | None = Field(description="the certificate's status, if the source has one")
 
 
 class GateResult(GateModel):
-    status: Literal["PASS", "FAIL"]
+    status: Literal[Status.PASS, Status.FAIL]
     regressions: list[str] = Field(description="one line per regression")
     baseline: SourceInfo
     candidate: SourceInfo
@@ -96,4 +91,4 @@ class GateResult(GateModel):
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.status == "FAIL" else 0
+        return 1 if self.status == Status.FAIL else 0

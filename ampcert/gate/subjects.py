@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ampcert import aggregate
-from ampcert.aggregate import GroupKey, group_key, is_repeat
-from ampcert.gate.result import SubjectKey
+from ampcert.aggregate import group_key, is_repeat
 from ampcert.results import RunResult
+from ampcert.vocabulary import Subject
 
-#: (workload entry label, backend, AMP, precision): the groups of every view (ampcert.aggregate)
-Key = GroupKey
+#: a subject as the gate's functions name it: the groups of every view (ampcert.aggregate)
+Key = Subject
 subject_key = group_key
 
 
@@ -26,18 +26,19 @@ def is_replicate(run: RunResult) -> bool:
     return not is_repeat(run) and run.status != "skipped"
 
 
-def group_runs(runs: Iterable[RunResult]) -> dict[Key, list[RunResult]]:
+def group_runs(runs: Iterable[RunResult]) -> dict[Subject, list[RunResult]]:
     """The replicate runs by subject (ampcert.aggregate's grouping), each subject's in
     seed order (so a report.json, whose runs are sorted by id, and its folder give the same answer)."""
     return aggregate.group_runs(sorted(runs, key=lambda r: (r.spec.seed, r.run_id)), skipped=False)
 
 
-def as_subject(key: Key) -> SubjectKey:
-    return SubjectKey(workload=key[0], backend=key[1], amp=key[2], precision=key[3])
+def as_subject(key: Subject) -> Subject:
+    """The subject itself (keys and subjects were two types once; this is kept for code that converts)."""
+    return key
 
 
-def match_subjects(base: Iterable[Key], cand: Iterable[Key]) -> tuple[list[tuple[Key, Key]], list[Key], list[Key],
-                                                                      list[str]]:
+def match_subjects(base: Iterable[Subject], cand: Iterable[Subject]) -> tuple[
+        list[tuple[Subject, Subject]], list[Subject], list[Subject], list[str]]:
     """Pairs of (baseline key, candidate key), keys only in one side, notes.
 
     Subjects match on (workload, backend, amp, precision). Where a (workload,
@@ -51,8 +52,8 @@ def match_subjects(base: Iterable[Key], cand: Iterable[Key]) -> tuple[list[tuple
     only_c = [k for k in ck if k not in bk]
     notes = []
 
-    def wbp(k: Key) -> tuple[str, str, str]:
-        return (k[0], k[1], k[3])
+    def wbp(k: Subject) -> tuple[str, str, str]:
+        return (k.workload, k.backend, k.precision)
 
     for k in list(only_b):
         ob = [x for x in only_b if wbp(x) == wbp(k)]
@@ -61,5 +62,6 @@ def match_subjects(base: Iterable[Key], cand: Iterable[Key]) -> tuple[list[tuple
             pairs.append((ob[0], oc[0]))
             only_b.remove(ob[0])
             only_c.remove(oc[0])
-            notes.append(f"{k[0]}/{k[1]}/{k[3]}: AMP implementation changed from {ob[0][2]} to {oc[0][2]}; compared")
+            notes.append(f"{k.workload}/{k.backend}/{k.precision}: AMP implementation changed from {ob[0].amp} "
+                         f"to {oc[0].amp}; compared")
     return sorted(pairs), only_b, only_c, notes

@@ -10,13 +10,13 @@ candidate than in the baseline are one too (``failed_runs``).
 from __future__ import annotations
 
 from ampcert.certify.checks import Certificate
-from ampcert.gate.result import RunFailures, SubjectKey, VerdictChange
+from ampcert.gate.result import RunFailures, VerdictChange
 from ampcert.gate.settings import GateConfig
-from ampcert.gate.subjects import Key, as_subject
 from ampcert.results import RunResult
+from ampcert.vocabulary import Status, Subject
 
 
-def compare_verdicts(base: Certificate | None, cand: Certificate | None, pairs: list[tuple[Key, Key]],
+def compare_verdicts(base: Certificate | None, cand: Certificate | None, pairs: list[tuple[Subject, Subject]],
                      cfg: GateConfig, notes: list[str]) -> list[VerdictChange]:
     """The verdicts that changed, per matched subject and required rule (``notes`` gets what is not compared)."""
     if base is None and cand is None:
@@ -32,19 +32,19 @@ def compare_verdicts(base: Certificate | None, cand: Certificate | None, pairs: 
         notes.append(f"rule packs differ: baseline {base.rules.get('name')} ({str(base.rules.get('sha256'))[:12]}), "
                      f"candidate {cand.rules.get('name')} ({str(cand.rules.get('sha256'))[:12]})")
 
-    def regressed(b: str | None, c: str | None) -> bool:
-        if c == "FAIL" and b != "FAIL":
+    def regressed(b: Status | None, c: Status | None) -> bool:
+        if c == Status.FAIL and b != Status.FAIL:
             return cfg.verdicts.new_fail
-        return c == "INCONCLUSIVE" and b == "PASS" and cfg.verdicts.new_inconclusive
+        return c == Status.INCONCLUSIVE and b == Status.PASS and cfg.verdicts.new_inconclusive
 
-    b_subj = {s.subject.key(): s for s in base.subjects}
-    c_subj = {s.subject.key(): s for s in cand.subjects}
-    b_rule = {(v.subject.key(), v.rule): v for v in base.verdicts}
+    b_subj = {s.subject: s for s in base.subjects}
+    c_subj = {s.subject: s for s in cand.subjects}
+    b_rule = {(v.subject, v.rule): v for v in base.verdicts}
     changes = []
     for bk, ck in pairs:
         if bk not in b_subj and ck not in c_subj:
             continue
-        subject = as_subject(bk)
+        subject = bk
         b = b_subj[bk].status if bk in b_subj else None
         c = c_subj[ck].status if ck in c_subj else None
         if b == c:
@@ -53,10 +53,10 @@ def compare_verdicts(base: Certificate | None, cand: Certificate | None, pairs: 
         failed = ", ".join(c_subj[ck].failed) if ck in c_subj and c_subj[ck].failed else ""
         changes.append(VerdictChange(subject=subject, rule=None, baseline=b, candidate=c, regression=reg,
                                      summary=f"certificate {b} -> {c}" + (f" (failed: {failed})" if failed else "")))
-        if c is not None and b == "PASS" and c == "INCONCLUSIVE" and not reg:
+        if c is not None and b == Status.PASS and c == Status.INCONCLUSIVE and not reg:
             notes.append(f"{subject}: verdict PASS -> INCONCLUSIVE ({', '.join(c_subj[ck].inconclusive)})")
         for v in cand.verdicts:
-            if v.subject.key() != ck or not v.required:
+            if v.subject != ck or not v.required:
                 continue
             bv = b_rule.get((bk, v.rule))
             if bv is not None and bv.status == v.status:
@@ -67,7 +67,7 @@ def compare_verdicts(base: Certificate | None, cand: Certificate | None, pairs: 
     return changes
 
 
-def compare_failures(base: list[RunResult], cand: list[RunResult], subject: SubjectKey,
+def compare_failures(base: list[RunResult], cand: list[RunResult], subject: Subject,
                      cfg: GateConfig) -> RunFailures | None:
     """The subject's failed runs on either side; None where no run failed."""
     bf = [r for r in base if r.status == "failed"]

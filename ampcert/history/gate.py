@@ -21,6 +21,7 @@ from ampcert.errors import UserError
 from ampcert.history.changepoints import DEFAULT_MIN_EFFECT, DEFAULT_WINDOW, judge
 from ampcert.history.records import Night
 from ampcert.history.store import Store
+from ampcert.vocabulary import Status
 
 TOST_HISTORY_NIGHTS = 7
 
@@ -57,8 +58,8 @@ class HistoryGate:
         return [r for r in self.rows if r.status == "REGRESSION"]
 
     @property
-    def status(self) -> str:
-        return "FAIL" if self.regressions else "PASS"
+    def status(self) -> Status:
+        return Status.FAIL if self.regressions else Status.PASS
 
     def to_json(self) -> dict[str, Any]:
         return {"status": self.status, **asdict(self)}
@@ -102,27 +103,26 @@ def gate_night(store: Store, night: Night, *, window: int = DEFAULT_WINDOW, min_
     result = HistoryGate(store.url, night.suite, night.machine, night.created_at, in_store)
     margins = accuracy_margins or {}
     for p in night.points:
-        subject = (p.workload, p.backend, p.amp, p.precision)
-        series = [s for s in store.series(night.suite, night.machine, subject, p.metric)
+        series = [s for s in store.series(night.suite, night.machine, p.subject, p.metric)
                   if s.digest != night.digest and s.created_at <= night.created_at]
         values = [s.value for s in series] + [p.value]
         stamps = [s.created_at for s in series] + [night.created_at]
         verdict = judge(values, p.higher_is_better, window=window, min_effect=min_effect)
-        label = "/".join(subject)
+        label = str(p.subject)
         row = SeriesRow(label, p.metric, len(values), verdict.status, p.value, verdict.change,
                         stamps[verdict.at] if verdict.at is not None else None,
                         [stamps[c] for c in verdict.change_points],
                         f"PELT (ruptures, l2), last {window} nights, min effect {min_effect:.0%}",
                         night_dates=stamps, values=values, change_indices=verdict.change_points)
         if p.metric == "final_metric":
-            margin = margins.get(p.workload, margins.get("*", 0.02))
+            margin = margins.get(p.subject.workload, margins.get("*", 0.02))
             row = _tost_row(label, [s.samples for s in series], p.samples, p.higher_is_better, margin, row)
         result.rows.append(row)
     return result
 
 
 def to_markdown(gate: HistoryGate) -> str:
-    icon = ":x:" if gate.status == "FAIL" else ":white_check_mark:"
+    icon = ":x:" if gate.status == Status.FAIL else ":white_check_mark:"
     lines = [f"### {icon} ampcert history gate: {gate.status}", "",
              f"suite `{gate.suite}` on `{gate.machine}`, night {gate.night}, store `{gate.store}`", "",
              "| subject | metric | nights | status | value | change | since |", "| --- | --- | --- | --- | --- | --- | --- |"]

@@ -25,6 +25,7 @@ from ampcert.errors import UserError
 from ampcert.gate.samples import collect_samples
 from ampcert.gate.subjects import group_runs
 from ampcert.results import ResultsDir, RunResult, load
+from ampcert.vocabulary import Status, Subject
 
 # Metrics kept per subject, with the direction that is better.
 METRICS: dict[str, str] = {
@@ -40,10 +41,7 @@ METRICS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Point:
-    workload: str
-    backend: str
-    amp: str
-    precision: str
+    subject: Subject
     metric: str
     value: float           # median over the seeds (a count for failed_runs)
     samples: list[float]   # the per-seed values (empty for failed_runs)
@@ -51,13 +49,12 @@ class Point:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    workload: str
-    backend: str
-    amp: str
-    precision: str
+class VerdictRecord:
+    """A certificate's verdict as the store keeps it: one rule's on a subject, or the subject's own."""
+
+    subject: Subject
     rule: str              # "" for the subject's overall status
-    status: str
+    status: Status
 
 
 @dataclass
@@ -69,10 +66,10 @@ class Night:
     machine: str
     source: str            # the folder it was read from
     tool: str
-    certificate: str | None
+    certificate: Status | None
     fingerprint: dict[str, Any]
     points: list[Point] = field(default_factory=list)
-    verdicts: list[Verdict] = field(default_factory=list)
+    verdicts: list[VerdictRecord] = field(default_factory=list)
 
 
 def default_machine(fingerprint: dict[str, Any]) -> str:
@@ -97,7 +94,7 @@ def _higher_is_better(metric: str, runs: list[RunResult]) -> bool:
     return direction == "higher"
 
 
-def _points(key: tuple[str, str, str, str], runs: list[RunResult]) -> list[Point]:
+def _points(subject: Subject, runs: list[RunResult]) -> list[Point]:
     points = []
     done = [r for r in runs if r.status == "completed"]
     for metric in METRICS:
@@ -115,9 +112,14 @@ def _points(key: tuple[str, str, str, str], runs: list[RunResult]) -> list[Point
             if not values:
                 continue
             value = statistics.median(values)
-        points.append(Point(*key, metric=metric, value=value, samples=values,
+        points.append(Point(subject, metric=metric, value=value, samples=values,
                             higher_is_better=_higher_is_better(metric, done or runs)))
     return points
+
+
+def _subject(s: dict[str, Any]) -> Subject:
+    """A subject as verdicts.json writes it (an object of four strings)."""
+    return Subject(str(s["workload"]), str(s["backend"]), str(s["amp"]), str(s["precision"]))
 
 
 def _utc_iso(created_at: str, plan_file: Path) -> str:
@@ -146,19 +148,15 @@ def read_night(folder: str | Path, machine: str | None = None) -> Night:
     environment = plan.get("environment")
     fingerprint: dict[str, Any] = environment if isinstance(environment, dict) else {}
     certificate = None
-    verdicts: list[Verdict] = []
+    verdicts: list[VerdictRecord] = []
     if rd.verdicts_file.exists():
         try:
             data = json.loads(rd.verdicts_file.read_text(encoding="utf-8"))
-            certificate = str(data.get("status")) if data.get("status") is not None else None
+            certificate = Status(data["status"]) if data.get("status") is not None else None
             for v in data.get("verdicts", []):
-                s = v["subject"]
-                verdicts.append(Verdict(s["workload"], s["backend"], s["amp"], s["precision"], str(v["rule"]),
-                                        str(v["status"])))
+                verdicts.append(VerdictRecord(_subject(v["subject"]), str(v["rule"]), Status(v["status"])))
             for entry in data.get("subjects", []):
-                s = entry["subject"]
-                verdicts.append(Verdict(s["workload"], s["backend"], s["amp"], s["precision"], "",
-                                        str(entry["status"])))
+                verdicts.append(VerdictRecord(_subject(entry["subject"]), "", Status(entry["status"])))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise UserError(f"{rd.verdicts_file}: unreadable verdicts ({type(exc).__name__}: {exc})") from None
     night = Night(digest=hashlib.sha256(raw).hexdigest(), suite=str(plan.get("suite") or results.suite_name),
@@ -169,6 +167,6 @@ def read_night(folder: str | Path, machine: str | None = None) -> Night:
     if not night.created_at:
         raise UserError(f"{rd.plan_file}: no created_at: the night's date is unknown")
     night.created_at = _utc_iso(night.created_at, rd.plan_file)
-    for key, runs in sorted(group_runs(results.runs).items()):
-        night.points += _points(key, runs)
+    for subject, runs in sorted(group_runs(results.runs).items()):
+        night.points += _points(subject, runs)
     return night

@@ -34,6 +34,7 @@ from typing import Any
 
 from ampcert.errors import UserError
 from ampcert.history.records import Night
+from ampcert.vocabulary import Subject
 
 SCHEMA_VERSION = 1
 STORE_ENV = "AMPCERT_HISTORY"
@@ -174,16 +175,17 @@ class Store:
             self._execute(cur, "INSERT INTO nights (digest, suite, suite_sha256, created_at, added_at, machine, "
                                "source, tool, certificate, fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                           (night.digest, night.suite, night.suite_sha256, night.created_at, added_at, night.machine,
-                           night.source, night.tool, night.certificate, json.dumps(night.fingerprint, sort_keys=True)))
+                           night.source, night.tool, night.certificate.value if night.certificate else None,
+                           json.dumps(night.fingerprint, sort_keys=True)))
             for p in night.points:
                 self._execute(cur, "INSERT INTO points (digest, workload, backend, amp, precision, metric, value, "
                                    "samples, higher_is_better) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                              (night.digest, p.workload, p.backend, p.amp, p.precision, p.metric, p.value,
+                              (night.digest, *p.subject, p.metric, p.value,
                                json.dumps(p.samples), int(p.higher_is_better)))
             for v in night.verdicts:
                 self._execute(cur, "INSERT INTO verdicts (digest, workload, backend, amp, precision, rule, status) "
                                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                              (night.digest, v.workload, v.backend, v.amp, v.precision, v.rule, v.status))
+                              (night.digest, *v.subject, v.rule, v.status.value))
         return True
 
     # -- reading ----------------------------------------------------------------------------
@@ -203,7 +205,7 @@ class Store:
             rows = self._execute(cur, query + " ORDER BY created_at, digest", params).fetchall()
         return [NightRow(*row) for row in rows]
 
-    def series(self, suite: str, machine: str, subject: tuple[str, str, str, str], metric: str) -> list[SeriesPoint]:
+    def series(self, suite: str, machine: str, subject: Subject, metric: str) -> list[SeriesPoint]:
         """One metric of one subject, night by night (oldest first)."""
         with self._transaction() as cur:
             rows = self._execute(
@@ -214,14 +216,14 @@ class Store:
                 (suite, machine, *subject, metric)).fetchall()
         return [SeriesPoint(d, c, float(v), [float(x) for x in json.loads(s)], bool(h)) for d, c, v, s, h in rows]
 
-    def subjects(self, suite: str, machine: str) -> list[tuple[tuple[str, str, str, str], str]]:
+    def subjects(self, suite: str, machine: str) -> list[tuple[Subject, str]]:
         """Every (subject, metric) with points for this suite on this machine."""
         with self._transaction() as cur:
             rows = self._execute(
                 cur, "SELECT DISTINCT p.workload, p.backend, p.amp, p.precision, p.metric FROM points p "
                      "JOIN nights n ON n.digest = p.digest WHERE n.suite = ? AND n.machine = ? "
                      "ORDER BY p.workload, p.backend, p.amp, p.precision, p.metric", (suite, machine)).fetchall()
-        return [((w, b, a, p), m) for w, b, a, p, m in rows]
+        return [(Subject(w, b, a, p), m) for w, b, a, p, m in rows]
 
 
 def _first_line(exc: BaseException) -> str:

@@ -23,13 +23,14 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ampcert.aggregate import aggregate
+from ampcert.aggregate import SubjectRow, aggregate
 from ampcert.certify.checks import Certificate
 from ampcert.envinfo import CPU_FLAGS_OF_INTEREST
 from ampcert.plan import CapacityPlan, capacity_plan
 from ampcert.resources import schema_path
 from ampcert.results import ResultsDir, ResultSet, RunResult
 from ampcert.version import __version__
+from ampcert.vocabulary import Status
 
 REPORT_SCHEMA_VERSION = 1
 PLAN_SAMPLES = 1_000_000  # the report's capacity section: per million training samples
@@ -55,13 +56,9 @@ class PolicyInfo(_Model):
     runs: int
 
 
-class PrecisionRow(_Model):
+class PrecisionRow(SubjectRow):
     """One (workload, backend, amp, precision) across its seeds (repeats excluded)."""
 
-    workload: str
-    backend: str
-    amp: str
-    precision: str
     runs: int
     completed: int
     failed: int
@@ -83,7 +80,7 @@ class PrecisionRow(_Model):
     comparability: str | None = Field(
         default=None, description="why this row's metric must not be read against FP32's, e.g. "
         "'not comparable (capped at 30 steps)': a smaller step budget than FP32's")
-    verdict: Literal["PASS", "FAIL", "INCONCLUSIVE"] | None = None
+    verdict: Status | None = None
 
 
 class NotMeasured(_Model):
@@ -298,7 +295,7 @@ def environment_facts(env: dict[str, Any]) -> list[EnvFact]:
 
 def _table(runs: list[RunResult], cert: Certificate | None) -> list[PrecisionRow]:
     """The aggregation every view shares (:mod:`ampcert.aggregate`), with each subject's verdict."""
-    verdicts = {s.subject.key(): s.status for s in (cert.subjects if cert else [])}
+    verdicts = {s.subject: s.status for s in (cert.subjects if cert else [])}
     fields = set(PrecisionRow.model_fields) - {"verdict"}
     return [PrecisionRow(**row.model_dump(include=fields), verdict=verdicts.get(row.key)) for row in aggregate(runs)]
 

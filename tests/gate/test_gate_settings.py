@@ -18,6 +18,7 @@ from conftest import assert_one_line_error, run_cli
 from ampcert import gate
 from ampcert.configio import parse_model
 from ampcert.errors import UserError
+from ampcert.vocabulary import Subject
 
 
 @pytest.fixture
@@ -97,17 +98,21 @@ def test_group_runs_leaves_out_repeats_and_skipped_runs_and_orders_by_seed():
     runs = [_run(seed=2), _run(seed=0), _run(seed=0, repeat=1), _run(seed=1, status="skipped"),
             _run(seed=1, status="failed"), _run(precision="bf16", seed=3), _run(precision="bf16", seed=0, repeat=None)]
     groups = gate.group_runs(runs)
-    assert set(groups) == {("w", "torch", "native", "fp32"), ("w", "torch", "native", "bf16")}
-    assert [r.spec.seed for r in groups[("w", "torch", "native", "fp32")]] == [0, 1, 2]
-    assert [r.spec.seed for r in groups[("w", "torch", "native", "bf16")]] == [0, 3]
-    assert gate.subject_key(runs[0]) == ("w", "torch", "native", "fp32")
+    fp32, bf16 = Subject("w", "torch", "native", "fp32"), Subject("w", "torch", "native", "bf16")
+    assert set(groups) == {fp32, bf16}
+    assert [r.spec.seed for r in groups[fp32]] == [0, 1, 2]
+    assert [r.spec.seed for r in groups[bf16]] == [0, 3]
+    assert gate.subject_key(runs[0]) == fp32
 
 
 def test_subjects_match_across_one_amp_change():
+    def s(workload: str, amp: str, precision: str) -> Subject:
+        return Subject(workload, "torch", amp, precision)
+
     pairs, only_b, only_c, notes = gate.match_subjects(
-        [("w", "torch", "native", "fp32"), ("w", "torch", "native", "bf16"), ("x", "torch", "native", "fp32")],
-        [("w", "torch", "native", "fp32"), ("w", "torch", "ampcert", "bf16")])
-    assert pairs == [(("w", "torch", "native", "bf16"), ("w", "torch", "ampcert", "bf16")),
-                     (("w", "torch", "native", "fp32"), ("w", "torch", "native", "fp32"))]
-    assert only_b == [("x", "torch", "native", "fp32")] and only_c == []
+        [s("w", "native", "fp32"), s("w", "native", "bf16"), s("x", "native", "fp32")],
+        [s("w", "native", "fp32"), s("w", "ampcert", "bf16")])
+    assert pairs == [(s("w", "native", "bf16"), s("w", "ampcert", "bf16")),
+                     (s("w", "native", "fp32"), s("w", "native", "fp32"))]
+    assert only_b == [s("x", "native", "fp32")] and only_c == []
     assert notes == ["w/torch/bf16: AMP implementation changed from native to ampcert; compared"]

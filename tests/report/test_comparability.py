@@ -12,6 +12,7 @@ from ampcert.report import summary
 from ampcert.report.model import _table
 from ampcert.results import EvalPoint, ResultSet, RunResult
 from ampcert.spec import apply_capabilities, expand, parse_suite
+from ampcert.vocabulary import Subject
 
 SLOW_BF16 = {"bf16": {"accelerated": False, "note": "bf16 not accelerated on cpu (0.05x fp32)"},
              "fp32": {"accelerated": True, "note": ""}}
@@ -39,7 +40,7 @@ def _results(unaccelerated: str) -> list[RunResult]:
 
 def test_capped_groups_name_the_cap():
     runs = _results("cap")
-    assert capped_groups(runs) == {("digits", "torch", "native", "bf16"): 10}
+    assert capped_groups(runs) == {Subject("digits", "torch", "native", "bf16"): 10}
     assert capped_groups(_results("run")) == {}
     assert not_comparable(10) == "not comparable (capped at 10 steps)"
 
