@@ -20,6 +20,33 @@ class UserError(Exception):
         super().__init__(one_line(str(message)))
 
 
+class BadArgument(UserError):
+    """A bad value for one argument of a session function, in the API's own words.
+
+    ``str(exc)`` names the parameter as a caller of :mod:`ampcert.session`
+    wrote it (``device: expected cpu or cuda, got 'tpu'``, or with the value
+    it was given, ``csv out.csv: cannot write (...)``); the CLI, which knows
+    which flag fed that parameter, prints :meth:`as_option` instead
+    (``--device: expected ...``, ``--csv out.csv: cannot write ...``).
+    ``param`` is the parameter's name, ``value`` what was given (or None),
+    ``detail`` what is wrong with it.
+    """
+
+    def __init__(self, param: str, detail: str, value: object = None) -> None:
+        self.param = param
+        self.value = None if value is None else one_line(str(value))
+        self.detail = one_line(detail)
+        super().__init__(self._render(param))
+
+    def _render(self, name: str) -> str:
+        return f"{name}{'' if self.value is None else ' ' + self.value}: {self.detail}"
+
+    def as_option(self, flag: str | None = None) -> str:
+        """The one line with the command line's spelling: ``flag`` where given,
+        else ``--`` and the parameter's name with dashes (``sign_key`` -> ``--sign-key``)."""
+        return self._render(flag or "--" + self.param.replace("_", "-"))
+
+
 class WriteFailed(UserError, OSError):
     """A file could not be written: a full disk, a quota, a read-only or missing folder.
 
@@ -43,11 +70,24 @@ class WriteFailed(UserError, OSError):
         if other is not None and str(other) != str(path) and not str(other).endswith(".tmp"):
             reason += f" ({other})"
         super().__init__(f"cannot write {path}: {reason}")
+        self.error = error
         self.path = str(path)
         self.errno, self.strerror, self.filename = error.errno, error.strerror, str(path)
 
     def __str__(self) -> str:  # the one line, not OSError's "[Errno N] ...: 'path'"
         return str(self.args[0])
+
+    def during_runs(self) -> WriteFailedDuringRuns:
+        """The same failure, once runs have started: the command failed as a crashed run does."""
+        return WriteFailedDuringRuns(self.path, self.error)
+
+
+class WriteFailedDuringRuns(WriteFailed):
+    """A write that failed once runs had started (a disk filled by the suite): exit 1, not 2.
+
+    What was written stays whole, and ``--resume`` goes on once there is space."""
+
+    exit_code = 1
 
 
 def one_line(text: str) -> str:
@@ -63,7 +103,7 @@ class Interrupted(BaseException):
     """A signal (SIGINT, SIGTERM or SIGHUP) stopped the command.
 
     Raised in the main thread by the runner's signal handlers
-    (``ampcert.runner.orchestrator.interruptible``); the worker of the run in
+    (``ampcert.runner.signals.interruptible``); the worker of the run in
     progress is stopped on the way up: finished runs keep their results, the
     interrupted run has none and stays pending. A BaseException, as
     KeyboardInterrupt is: an interruption is no failure of the command, and no
@@ -103,3 +143,9 @@ class Interrupted(BaseException):
         self.written = False
         write(self.line)
         self.written = True
+
+
+class NotVerified(Exception):
+    """A signed report that does not verify: the message says which check failed.
+
+    Not bad input (exit 2) but a negative finding: the CLI exits 1."""

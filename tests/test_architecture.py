@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ampcert.spec",),                                   # suites and the run matrix
     ("ampcert.workloads", "ampcert.telemetry"),          # what is trained; what is measured
     ("ampcert.configio", "ampcert.atomic", "ampcert.resources", "ampcert.errors", "ampcert.mllog", "ampcert.envinfo",
-     "ampcert.console", "ampcert.version"),              # leaves every layer may use
+     "ampcert.console", "ampcert.version", "ampcert.vocabulary"),  # leaves every layer may use
     ("ampcert.amp",),                                    # the AMP engine: usable alone
 ]
 
@@ -153,7 +153,91 @@ def test_the_cli_reaches_the_library_through_the_session():
         sorted(GRAPH["ampcert.cli"])
 
 
+def calls_in(tree: ast.AST) -> dict[str, set[str]]:
+    """Per function (``Class.method`` or ``function``), the names it calls: ``f(...)`` as ``f``,
+    ``x.f(...)`` as ``.f``. Nested functions count as their own."""
+    out: dict[str, set[str]] = {}
+
+    def visit(node: ast.AST, owner: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, child.name)
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = f"{owner}.{child.name}" if owner else child.name
+                out[name] = {(f".{c.func.attr}" if isinstance(c.func, ast.Attribute) else c.func.id)
+                             for c in ast.walk(child) if isinstance(c, ast.Call)
+                             and isinstance(c.func, (ast.Attribute, ast.Name))}
+                visit(child, owner)
+            else:
+                visit(child, owner)
+
+    visit(tree, "")
+    return out
+
+
+def driver_loops(root: Path = PACKAGE_DIR) -> list[str]:
+    """Every function that both submits runs to an executor and polls it: a driver loop."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for function, called in calls_in(ast.parse(path.read_text(encoding="utf-8"))).items():
+            if {".submit", ".poll"} <= called:
+                found.append(f"{module_name(path, root)}.{function}")
+    return found
+
+
+def starters_of_runs(root: Path = PACKAGE_DIR) -> list[str]:
+    """Modules that start a run's process on this machine (a worker or torchrun's ranks)."""
+    names = {"local_run", "WorkerRun", "TorchrunRun"}
+    return sorted({module_name(p, root) for p in root.rglob("*.py")
+                   for called in calls_in(ast.parse(p.read_text(encoding="utf-8"))).values() if called & names})
+
+
+def test_one_driver_loop_for_every_executor():
+    # run_fleet alone plans, starts, retries and stores runs; the local executor alone starts
+    # processes on this machine, and only the driver (through it) reaches them.
+    assert driver_loops() == ["ampcert.runner.fleet.run_fleet"]
+    assert starters_of_runs() == ["ampcert.runner.local_executor"]
+    users = sorted(m for m, deps in GRAPH.items() if "ampcert.runner.local_executor" in deps)
+    assert users == ["ampcert.runner.executors", "ampcert.runner.fleet"], users
+
+
+def test_the_session_is_a_package_of_one_concept_per_module():
+    import ampcert.session as session
+
+    modules = {m for m in GRAPH if m.startswith("ampcert.session.")}
+    assert modules == {f"ampcert.session.{m}" for m in
+                       ("folders", "runs", "signing", "compare", "history", "audits", "catalog")}, modules
+    assert all(hasattr(session, name) for name in session.__all__)
+    # The CLI calls the session's public names only.
+    cli = (PACKAGE_DIR / "cli" / "__init__.py").read_text(encoding="utf-8")
+    used = {node.attr for node in ast.walk(ast.parse(cli)) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name) and node.value.id == "session"}
+    assert used <= set(session.__all__), sorted(used - set(session.__all__))
+
+
+def test_files_stay_small_unless_named_as_one_concept():
+    """No module over 600 lines, except those docs/architecture.md names as one concept, saying why."""
+    doc = (PACKAGE_DIR.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    named = doc.split("## Files over 600 lines", 1)[1].split("\n## ", 1)[0] if "## Files over 600 lines" in doc else ""
+    over = {str(p.relative_to(PACKAGE_DIR.parent)): len(p.read_text(encoding="utf-8").splitlines())
+            for p in PACKAGE_DIR.rglob("*.py")}
+    unexplained = sorted(f"{p} ({n} lines)" for p, n in over.items() if n > 600 and f"`{p}`" not in named)
+    assert unexplained == [], "name them in docs/architecture.md's 'Files over 600 lines', with why, or split them"
+
+
 # --------------------------------------------------------------------------- the checks can fail
+
+
+def test_a_second_driver_loop_is_found(tmp_path):
+    root = _package(tmp_path, {
+        "__init__.py": "",
+        "runner/fleet.py": "def run_fleet(executor):\n    executor.submit([])\n    executor.poll(1)\n",
+        "session.py": ("class Local:\n    def drive(self, executor):\n        t = executor.submit([])\n"
+                       "        while t:\n            t = executor.poll(0.5)\n"),
+        "other.py": "def start(spec):\n    return local_run(spec)\n",
+    })
+    assert driver_loops(root) == ["pkg.runner.fleet.run_fleet", "pkg.session.Local.drive"]
+    assert starters_of_runs(root) == ["pkg.other"]
 
 
 SYNTHETIC_LAYERS = [("pkg.cli",), ("pkg.runner",), ("pkg.spec",)]

@@ -18,7 +18,7 @@ from conftest import assert_one_line_error, run_cli, snapshot
 from ampcert import results
 from ampcert.errors import UserError
 from ampcert.results import LONGEST_RUN_FILE, ResultsDir, check_path_limits, fs_limits
-from ampcert.runner.orchestrator import pending_runs, prepare_out_dir
+from ampcert.runner.planning import pending_runs, prepare_out_dir
 from ampcert.spec import expand, load_suite
 from ampcert.workloads import text
 

@@ -1,1 +1,1 @@
-"""Running the matrix: one worker process per run, supervised by the orchestrator."""
+"""Running the matrix: planning, the folder lock, signals, and one driver (fleet.run_fleet) for every executor."""

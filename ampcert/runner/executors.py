@@ -1,8 +1,8 @@
 """Choosing an executor: ``ampcert run --executor local|ray|slurm`` and its options.
 
-``local`` is the orchestrator itself (one run after another on this machine,
-nothing more to install); ``ray`` and ``slurm`` place runs on a cluster
-through :mod:`ampcert.runner.fleet`'s driver. This module only checks the
+``local`` is this machine (one run after another, nothing more to install);
+``ray`` and ``slurm`` place runs on a cluster. All three are executors that
+:mod:`ampcert.runner.fleet`'s one driver runs. This module only checks the
 options and opens the chosen engine, importing it lazily, so that neither Ray
 nor submitit is imported unless asked for.
 """
@@ -78,9 +78,13 @@ class FleetOptions:
         return base.model_copy(update=given)
 
     def open(self, root: Path, suite_slurm: SlurmOptions | None = None) -> Executor:
-        """Connect to the engine (Ray: now; Slurm: at the first submission)."""
+        """Connect to the engine (Ray: now; Slurm: at the first submission; this machine: nothing to connect)."""
         executor: Any
-        if self.executor == "ray":
+        if self.local:
+            from ampcert.runner.local_executor import LocalExecutor
+
+            executor = LocalExecutor(root)
+        elif self.executor == "ray":
             from ampcert.runner.ray_executor import RayExecutor
 
             executor = RayExecutor(self.address)
@@ -88,6 +92,6 @@ class FleetOptions:
             from ampcert.runner.slurm_executor import SlurmExecutor
 
             executor = SlurmExecutor(root, self.slurm_options(suite_slurm), local=self.slurm_local)
-        else:  # pragma: no cover - check() admits no other name; local runs through the orchestrator
+        else:  # pragma: no cover - check() admits no other name
             raise UserError(f"--executor {self.executor}: no fleet executor of that name")
         return executor

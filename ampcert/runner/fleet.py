@@ -1,13 +1,16 @@
-"""Fleets: a suite's runs placed by a cluster engine (Ray, Slurm), one driver for all.
+"""The driver: a suite's runs placed by an executor (this machine, Ray, Slurm), one loop for all.
 
-An executor only places runs and reports how each ended; everything else is
-decided here, the same way for every engine:
+:func:`run_fleet` is the only loop that plans, starts, retries and stores
+runs; every command that trains (``run``, ``run --resume``, a cluster node's
+own run) goes through it. An executor only places runs and reports how each
+ended (:class:`Executor`; this machine's is :mod:`ampcert.runner.local_executor`);
+everything else is decided here, the same way for every engine:
 
 - **What a run asks for** (:func:`resources`): GPUs from its spec (one for a
   CUDA run, ``nproc_per_node`` for a torchrun run, all on one node), CPUs as
   given (``--cpus-per-run``; a CPU run's torch uses that many threads).
-- **What runs on the node** (:func:`run_on_node`): the local orchestrator's
-  ``run_one`` in a node-local temporary folder, so the run is isolated in its
+- **What runs on the node** (:func:`run_on_node`): this driver with the local
+  executor, into a node-local temporary folder, so the run is isolated in its
   own process with its timeout exactly as a local run is, and telemetry is
   sampled on the node that trains. The run folder's files come back as bytes:
   no file system needs to be shared with the node.
@@ -15,7 +18,9 @@ decided here, the same way for every engine:
   input from elsewhere, so it is validated (file names, a result.json that is
   this run's RunResult) and then written into the one results folder
   atomically, result.json last. The folder is then a local run's folder:
-  ``--resume`` (with any executor), ``report``, ``merge`` read it alike.
+  ``--resume`` (with any executor), ``report``, ``merge`` read it alike. The
+  local executor's workers write into the folder themselves: what it returns
+  is the stored :class:`~ampcert.results.RunResult`, taken as it is.
 - **Retries**: a run whose worker process or node was lost (the executor
   returns :class:`Lost`) is submitted again, up to ``retries`` times, then
   recorded failed (``worker_lost``) with every attempt's reason. A run that
@@ -23,7 +28,8 @@ decided here, the same way for every engine:
   result like any other and is never retried: doing it again would hide a
   finding.
 - **fleet.jsonl**: one line per submission, start, loss, retry and result, in
-  the results folder, for reading what the cluster did afterwards.
+  the results folder, for reading what the cluster did afterwards (engines
+  whose ``keeps_log`` is true: the clusters, not this machine).
 """
 
 from __future__ import annotations
@@ -47,8 +53,8 @@ from ampcert.atomic import atomic_write_bytes
 from ampcert.errors import UserError
 from ampcert.results import FailureKind, ResultsDir, RunResult, atomic_write_json
 from ampcert.spec import RunSpec
+from ampcert.vocabulary import Event, OnEvent
 
-Event = dict[str, Any]
 EXECUTORS = ("local", "ray", "slurm")
 FLEET_LOG = "fleet.jsonl"
 # Files a node may send back for its run folder: plain names, none hidden.
@@ -78,22 +84,26 @@ class Lost:
 
 
 class Executor(Protocol):
-    """A cluster engine that places runs (see ray_executor, slurm_executor).
+    """An engine that places runs (local_executor, ray_executor, slurm_executor).
 
-    ``submit`` hands runs over and returns one ticket per run (any hashable);
-    ``poll`` waits up to ``timeout_s`` and returns the runs that ended, each
-    with the payload :func:`run_on_node` returned or :class:`Lost`, and the
-    events nodes sent meanwhile; ``cancel`` stops everything submitted (an
-    interrupted command); ``close`` lets go of the cluster."""
+    ``check`` refuses, with one line, runs it cannot hold (before any is
+    submitted); ``submit`` hands runs over and returns one ticket per run (any
+    hashable); ``poll`` waits up to ``timeout_s`` and returns the runs that
+    ended, each with the payload :func:`run_on_node` returned, :class:`Lost`,
+    or (an engine whose workers write into the results folder themselves) the
+    stored RunResult, and the events its runs sent meanwhile (``running`` once
+    a run trains, then ``step``); ``cancel`` stops everything submitted (an
+    interrupted command); ``close`` lets go of the engine."""
 
     name: str
     capacity: int | None  # runs in flight at most; None: the engine queues them
+    keeps_log: bool       # whether the driver records its placements in fleet.jsonl
 
     def check(self, runs: Sequence[RunSpec], cpus_per_run: int) -> None: ...
 
     def submit(self, specs: Sequence[RunSpec], cpus_per_run: int) -> list[Any]: ...
 
-    def poll(self, timeout_s: float) -> tuple[list[tuple[Any, dict[str, Any] | Lost]], list[Event]]: ...
+    def poll(self, timeout_s: float) -> tuple[Sequence[tuple[Any, dict[str, Any] | Lost | RunResult]], list[Event]]: ...
 
     def cancel(self) -> None: ...
 
@@ -126,32 +136,34 @@ def short_reason(text: str) -> str:
 def run_on_node(spec_json: str, send: Callable[[Event], None] | None = None) -> dict[str, Any]:
     """Train one run on this node and return its run folder's files.
 
-    The run trains as a local run does (``orchestrator.run_one``: its own
-    process, its timeout) in a temporary folder that is removed afterwards.
-    ``send`` carries events to the driver: ``running`` once training has
-    started (with this node's name and this process's pid), then ``step``
-    events at most every :data:`STEP_EVENT_INTERVAL_S`."""
-    from ampcert.runner.orchestrator import run_one
+    The run trains as a local run does (this driver with the local executor:
+    its own process, its timeout) in a temporary folder that is removed
+    afterwards. ``send`` carries events to the driver: ``running`` once
+    training has started (with this node's name and this process's pid), then
+    ``step`` events at most every :data:`STEP_EVENT_INTERVAL_S`."""
+    from ampcert.runner.local_executor import LocalExecutor
 
     spec = RunSpec.model_validate_json(spec_json)
     node, pid = socket.gethostname(), os.getpid()
-    started = False
     last = 0.0
 
     def on_event(event: Event) -> None:
-        nonlocal started, last
+        nonlocal last
         if send is None:
             return
-        if not started:
-            started = True
+        if event["kind"] == "start":
             send({"kind": "running", "run_id": spec.run_id, "node": node, "pid": pid})
-        now = time.monotonic()
-        if now - last >= STEP_EVENT_INTERVAL_S:
-            last = now
-            send({"kind": "step", **event, "run_id": spec.run_id})
+        elif event["kind"] == "step" and time.monotonic() - last >= STEP_EVENT_INTERVAL_S:
+            last = time.monotonic()
+            send({**event, "run_id": spec.run_id})
 
     with tempfile.TemporaryDirectory(prefix="ampcert-run-") as tmp:
-        run_one(spec, Path(tmp), on_event)
+        local = LocalExecutor(Path(tmp))
+        try:
+            local.check([spec], 1)
+            run_fleet(Path(tmp), [spec], local, retries=0, cpus_per_run=1, total=1, on_event=on_event)
+        finally:
+            local.close()
         run_dir = ResultsDir(Path(tmp)).run_dir(spec.run_id)
         files = {p.name: p.read_bytes() for p in sorted(run_dir.iterdir())
                  if p.is_file() and not p.is_symlink() and not p.name.startswith(".")}
@@ -191,13 +203,17 @@ def store_payload(rd: ResultsDir, spec: RunSpec, payload: object) -> RunResult |
 
 
 class FleetLog:
-    """``fleet.jsonl``: what the cluster did, a line per event (appended whole)."""
+    """``fleet.jsonl``: what the cluster did, a line per event (appended whole);
+    nothing where ``enabled`` is false (this machine: one place, nothing to record)."""
 
-    def __init__(self, root: Path, executor: str):
+    def __init__(self, root: Path, executor: str, enabled: bool = True):
         self.path = root / FLEET_LOG
         self.executor = executor
+        self.enabled = enabled
 
     def write(self, event: str, run_id: str, **fields: Any) -> None:
+        if not self.enabled:
+            return
         line = {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
                 "executor": self.executor, "event": event, "run_id": run_id, **fields}
         with open(self.path, "a", encoding="utf-8") as fh:
@@ -216,16 +232,16 @@ def lost_result(spec: RunSpec, executor: str, reasons: list[str], retries: int) 
 
 
 def run_fleet(root: Path, todo: Sequence[RunSpec], executor: Executor, *, retries: int, cpus_per_run: int,
-              total: int, on_event: Callable[[Event], None]) -> None:
+              total: int, on_event: OnEvent) -> None:
     """Run ``todo`` on ``executor`` into the results folder ``root``; see the module's docstring.
 
     Runs are submitted at once (or ``executor.capacity`` at a time) and stored
     as they end, in any order. An exception (an interrupt) cancels what is in
     flight: those runs have no result and stay pending for ``--resume``."""
-    from ampcert.runner.orchestrator import skipped_result
+    from ampcert.runner.planning import skipped_result
 
     rd = ResultsDir(root)
-    log = FleetLog(root, executor.name)
+    log = FleetLog(root, executor.name, executor.keeps_log)
     on_event({"kind": "plan", "total": total, "todo": len(todo)})
     waiting: deque[RunSpec] = deque()
     for spec in todo:
@@ -272,11 +288,16 @@ def run_fleet(root: Path, todo: Sequence[RunSpec], executor: Executor, *, retrie
                 if event.get("kind") == "running":
                     start(spec_of, event)
                 elif event.get("kind") == "step" and spec_of.run_id in started:
-                    on_event({**event, "kind": "step", "limit": spec_of.train.step_limit})
+                    on_event({"limit": spec_of.train.step_limit, **event, "kind": "step"})
             for ticket, outcome in ended:
                 spec = in_flight.pop(ticket)
-                stored = (store_payload(rd, spec, outcome) if not isinstance(outcome, Lost)
-                          else outcome.reason)
+                stored: RunResult | str
+                if isinstance(outcome, RunResult):  # written into the folder by a local worker
+                    stored = outcome
+                elif isinstance(outcome, Lost):
+                    stored = outcome.reason
+                else:
+                    stored = store_payload(rd, spec, outcome)
                 if isinstance(stored, RunResult):
                     where = outcome.get("node") if isinstance(outcome, dict) else None
                     log.write("done", spec.run_id, attempt=attempts[spec.run_id], status=stored.status, node=where)

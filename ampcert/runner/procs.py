@@ -7,7 +7,7 @@ import os
 import signal
 from pathlib import Path
 
-# The signals of the one stop policy (orchestrator.interruptible): the orchestrator
+# The signals of the one stop policy (signals.interruptible): the orchestrator
 # handles them, its helper processes start with them blocked, workers unblock them.
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 

@@ -73,6 +73,7 @@ def check_reachable(address: str) -> None:
 class RayExecutor:
     name = "ray"
     capacity = None  # Ray queues tasks until their resources are free
+    keeps_log = True
 
     def __init__(self, address: str | None = None):
         self.ray = ray = _import_ray()
@@ -80,7 +81,7 @@ class RayExecutor:
         if address not in (None, "auto"):
             check_reachable(address)
         # ray.init installs its own SIGTERM handling (exit at once, with a C++ stack
-        # dump); ampcert's (orchestrator.interruptible: cancel the runs in flight, keep
+        # dump); ampcert's (signals.interruptible: cancel the runs in flight, keep
         # what finished, one line) is put back afterwards.
         handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
         try:

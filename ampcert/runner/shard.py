@@ -107,7 +107,8 @@ def _refuse_links(root: Path) -> None:
 
 def merge(out: Path, sources: list[Path], *, partial: bool = False) -> dict[str, Any]:
     """Join shard folders into ``out`` (a new, empty folder). Returns what was merged."""
-    from ampcert.runner.orchestrator import FolderLock, prepare_out_dir
+    from ampcert.runner.folder_lock import FolderLock
+    from ampcert.runner.planning import prepare_out_dir
 
     if not sources:
         raise UserError("merge: give the shard folders to merge (ampcert merge OUT DIR...)")

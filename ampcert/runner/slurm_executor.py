@@ -78,6 +78,7 @@ def _local_gpus() -> int:
 
 class SlurmExecutor:
     name = "slurm"
+    keeps_log = True
 
     def __init__(self, root: Path, options: SlurmOptions, *, local: bool = False):
         self.submitit = _import_submitit()

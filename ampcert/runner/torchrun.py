@@ -1,6 +1,6 @@
 """Runs with ``launcher: torchrun``: start torch.distributed.run, watch it, record the outcome.
 
-The orchestrator's contract is the same as for a single worker process: the
+The local executor's contract is the same as for a single worker process: the
 run gets its timeout, a run that hangs is killed, and a run that dies without
 a result becomes a failed RunResult with the reason. torchrun is started in
 a process group of its own; its ranks live in sessions of their own (torchrun
@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -139,72 +138,112 @@ def failure_reason(returncode: int | None, timed_out: bool, timeout_s: int, log:
     return why + (f"; last error in {log.parent.name}/{log.name}: {err}" if err else f"; see {log}")
 
 
-def run_torchrun(spec: RunSpec, root: Path, on_event: Callable[[dict[str, Any]], None]) -> RunResult:
-    """Train ``spec`` on its torchrun ranks and return its result.
+class TorchrunRun:
+    """A run on its torchrun ranks, in flight (see :class:`~ampcert.runner.local_executor.RunningRun`).
 
     On a node whose ranks do not include rank 0 (multi-node), nothing is
-    stored: the returned result is ``skipped`` with the reason, and the
-    result lives in the results folder of the node that ran rank 0."""
-    from ampcert.runner.worker import now_iso
+    stored: the result is ``skipped`` with the reason, and the result lives
+    in the results folder of the node that ran rank 0."""
 
-    rd = ResultsDir(root)
-    run_dir = rd.run_dir(spec.run_id)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    rd.result_file(spec.run_id).unlink(missing_ok=True)  # a retried run: this attempt decides
-    channel = Path(tempfile.mkdtemp(prefix="ampcert-torchrun-"))
-    spec_file = channel / "spec.json"
-    spec_file.write_text(spec.model_dump_json(), encoding="utf-8")
-    log_path = run_dir / LOG_NAME
-    env = dict(os.environ)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    started_at = now_iso()
-    spawned = time.time()
-    timed_out = False
-    try:
-        cmd = command(spec, spec_file, root, channel, orchestrator=os.getpid(), spawned=spawned, environ=env)
-        with log_path.open("w", encoding="utf-8") as log:
+    def __init__(self, spec: RunSpec, root: Path):
+        self.spec = spec
+        self.root = root
+        self.rd = ResultsDir(root)
+        self.channel: Path | None = None
+        self.proc: subprocess.Popen | None = None
+        self.timed_out = False
+        self.node: dict[str, Any] | None = None
+
+    def start(self) -> None:
+        from ampcert.runner.worker import now_iso
+
+        spec, root = self.spec, self.root
+        run_dir = self.rd.run_dir(spec.run_id)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.rd.result_file(spec.run_id).unlink(missing_ok=True)  # a retried run: this attempt decides
+        self.channel = channel = Path(tempfile.mkdtemp(prefix="ampcert-torchrun-"))
+        spec_file = channel / "spec.json"
+        spec_file.write_text(spec.model_dump_json(), encoding="utf-8")
+        self.log_path = run_dir / LOG_NAME
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.started_at = now_iso()
+        self.spawned = time.time()
+        self.tail = _Tail(channel / "progress.jsonl")
+        cmd = command(spec, spec_file, root, channel, orchestrator=os.getpid(), spawned=self.spawned, environ=env)
+        with self.log_path.open("w", encoding="utf-8") as log:
             log.write("$ " + " ".join(cmd) + "\n")
             log.flush()
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=env, start_new_session=True)
-        tail = _Tail(channel / "progress.jsonl")
-        deadline = time.monotonic() + spec.timeout_s
-        try:
-            while proc.poll() is None:
-                for event in tail.read():
-                    on_event(event)
-                if time.monotonic() > deadline:
-                    timed_out = True
-                    break
-                time.sleep(0.25)
-        finally:  # a timeout, or the orchestrator interrupted: no rank outlives this call
-            if proc.poll() is None:
-                _kill_all(proc, channel)
-                proc.wait()
-                _kill_all(proc, channel)  # ranks that registered while torchrun was being killed
-        for event in tail.read():
-            on_event(event)
-        follower = channel / "node.json"
-        node = json.loads(follower.read_text()) if follower.exists() else None
-    finally:
-        shutil.rmtree(channel, ignore_errors=True)
+            # torchrun is exec'd with ampcert's signal mask: not under signals.deferred(). A
+            # signal between Popen and this assignment leaves ranks that end with ampcert
+            # (ddp_worker watches its pid) and the channel that stop() removes.
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env, start_new_session=True)
+        self.deadline = time.monotonic() + spec.timeout_s
 
-    result = rd.read_result(spec.run_id)
-    if result is None and not timed_out and proc.returncode == 0 and node is not None:
-        return RunResult(
-            run_id=spec.run_id, spec=spec, status="skipped",
-            reason=(f"trained as node {node['node_rank']} of {node['nnodes']}; rank 0 ran on another node, "
-                    "whose results folder holds this run"),
-            started_at=started_at, finished_at=now_iso(), wall_s=time.time() - spawned,
-            accelerated=spec.accelerated, capability_note=spec.capability_note,
-        )
-    if result is None or timed_out:
-        result = RunResult(
-            run_id=spec.run_id, spec=spec, status="failed",
-            reason=failure_reason(proc.returncode, timed_out, spec.timeout_s, log_path),
-            failure=FailureKind.TIMEOUT if timed_out else FailureKind.WORKER_LOST,
-            started_at=started_at, finished_at=now_iso(), wall_s=time.time() - spawned,
-            accelerated=spec.accelerated, capability_note=spec.capability_note,
-        )
-        atomic_write_json(rd.result_file(spec.run_id), result)
-    return result
+    @property
+    def _proc(self) -> subprocess.Popen:
+        assert self.proc is not None, "start() first"
+        return self.proc
+
+    def events(self, wait_s: float) -> list[dict[str, Any]]:
+        found = self.tail.read()
+        if not found and wait_s > 0 and self._proc.poll() is None:
+            time.sleep(wait_s)
+            found = self.tail.read()
+        return found
+
+    def ended(self) -> bool:
+        if self._proc.poll() is not None:
+            return True
+        if time.monotonic() > self.deadline:
+            self.timed_out = True
+            self._kill()
+            return True
+        return False
+
+    def _kill(self) -> None:
+        """No rank outlives this run: a timeout, or ampcert interrupted."""
+        if self.proc is not None and self.channel is not None and self.proc.poll() is None:
+            _kill_all(self.proc, self.channel)
+            self.proc.wait()
+            _kill_all(self.proc, self.channel)  # ranks that registered while torchrun was being killed
+
+    def _close_channel(self) -> None:
+        assert self.channel is not None, "start() first"
+        follower = self.channel / "node.json"
+        try:
+            self.node = json.loads(follower.read_text()) if follower.exists() else None
+        finally:
+            shutil.rmtree(self.channel, ignore_errors=True)
+
+    def stop(self) -> None:
+        self._kill()
+        if self.channel is not None:
+            shutil.rmtree(self.channel, ignore_errors=True)
+
+    def finish(self) -> RunResult:
+        from ampcert.runner.worker import now_iso
+
+        self._proc.wait()
+        self._close_channel()
+        spec, rd, node = self.spec, self.rd, self.node
+        result = rd.read_result(spec.run_id)
+        if result is None and not self.timed_out and self._proc.returncode == 0 and node is not None:
+            return RunResult(
+                run_id=spec.run_id, spec=spec, status="skipped",
+                reason=(f"trained as node {node['node_rank']} of {node['nnodes']}; rank 0 ran on another node, "
+                        "whose results folder holds this run"),
+                started_at=self.started_at, finished_at=now_iso(), wall_s=time.time() - self.spawned,
+                accelerated=spec.accelerated, capability_note=spec.capability_note,
+            )
+        if result is None or self.timed_out:
+            result = RunResult(
+                run_id=spec.run_id, spec=spec, status="failed",
+                reason=failure_reason(self._proc.returncode, self.timed_out, spec.timeout_s, self.log_path),
+                failure=FailureKind.TIMEOUT if self.timed_out else FailureKind.WORKER_LOST,
+                started_at=self.started_at, finished_at=now_iso(), wall_s=time.time() - self.spawned,
+                accelerated=spec.accelerated, capability_note=spec.capability_note,
+            )
+            atomic_write_json(rd.result_file(spec.run_id), result)
+        return result

@@ -288,7 +288,7 @@ def test_three_shards_merge_into_the_unsharded_results(tmp_path, write_suite, mo
 
 def _planned(folder: Path, suite: Path) -> list[RunSpec]:
     """A results folder with a plan and no results (planned in-process)."""
-    from ampcert.runner import orchestrator as orch
+    from ampcert.runner import planning as orch
 
     plan = orch.plan_suite(suite)
     orch.prepare_out_dir(folder)

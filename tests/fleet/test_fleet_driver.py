@@ -33,6 +33,7 @@ class ScriptedEngine:
     """A stand-in for Ray or Slurm: outcomes come from ``script[run_id]``, one per attempt."""
 
     name = "scripted"
+    keeps_log = True
 
     def __init__(self, script: dict, capacity: int | None = None, interrupt_after: int | None = None):
         self.script = {k: list(v) for k, v in script.items()}

@@ -207,5 +207,6 @@ def test_the_page_and_the_plot_show_the_series_and_its_change_point(tmp_path):
     assert page.count("<svg") >= 2 and "REGRESSION" in page and "2026-10-01T12:00:00+00:00" in page
     svg = session.history_plot(tmp_path / "tp.svg", store=store).read_text()
     assert svg.startswith("<svg") and "digits/torch/native/fp32" in svg and "2026-10-01" in svg
-    with pytest.raises(UserError, match="--metric"):
+    with pytest.raises(UserError, match="^metric speed: expected one of") as bad:  # the API's words
         session.history_plot(tmp_path / "x.svg", store=store, metric="speed")
+    assert bad.value.as_option() == f"--metric speed: {bad.value.detail}"  # the CLI's

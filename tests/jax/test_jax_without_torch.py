@@ -166,15 +166,14 @@ def test_resuming_a_torch_folder_without_torch_stops_before_any_run(tmp_path, mo
     """A folder planned on a machine with torch and resumed on one without."""
     from ampcert import spec as spec_mod
     from ampcert.errors import UserError
-    from ampcert.runner.orchestrator import execute_plan
+    from ampcert.runner.local_executor import LocalExecutor
 
     run = spec_mod.RunSpec(suite="s", label="digits", workload="digits", params={}, backend="torch",
                            amp="native", policy=None, precision="fp32", seed=0, device="cpu",
                            train=spec_mod.TrainBudget(steps=1), timeout_s=60)
     installed = spec_mod._installed
     monkeypatch.setattr(spec_mod, "_installed", lambda module: module != "torch" and installed(module))
-    events = []
     with pytest.raises(UserError, match=r"backend torch needs PyTorch, which is not installed: "
                                         r"pip install 'ampcert\[torch\]'"):
-        execute_plan(tmp_path, [run], on_event=events.append)
-    assert events == [] and list(tmp_path.iterdir()) == []
+        LocalExecutor(tmp_path).check([run], cpus_per_run=1)  # what the driver asks before any run
+    assert list(tmp_path.iterdir()) == []

@@ -17,7 +17,8 @@ import pytest
 from rel_lab import start_early
 
 from ampcert.errors import UserError
-from ampcert.runner.orchestrator import FolderLock, prepare_out_dir, write_plan
+from ampcert.runner.folder_lock import FolderLock
+from ampcert.runner.planning import prepare_out_dir, write_plan
 
 
 @pytest.fixture(scope="module", autouse=True)

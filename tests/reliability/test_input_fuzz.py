@@ -37,7 +37,7 @@ from ampcert.certify.compliance import check_log, load_compliance_rules  # noqa:
 from ampcert.certify.rules import load_rules  # noqa: E402
 from ampcert.errors import UserError  # noqa: E402
 from ampcert.results import EvalPoint, RunResult  # noqa: E402
-from ampcert.runner.orchestrator import dump_plan_table  # noqa: E402
+from ampcert.runner.planning import dump_plan_table  # noqa: E402
 from ampcert.spec import apply_capabilities, expand, load_suite, parse_suite  # noqa: E402
 
 EXAMPLES = int(os.environ.get("AMPCERT_FUZZ_EXAMPLES", "100"))

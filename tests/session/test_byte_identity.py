@@ -16,9 +16,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 import ampcert
-from conftest import run_cli
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 PACKAGE = str(Path(ampcert.__file__).parent)

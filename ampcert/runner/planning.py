@@ -1,0 +1,235 @@
+"""Planning: a suite file becomes the runs to do, and a results folder is made ready for them.
+
+``plan_suite`` reads and validates the suite, its rule pack (seeds, repeats),
+resolves the device, probes what it accelerates and expands the matrix into
+``RunSpec``s with content-hashed run ids; ``prepare_out_dir`` and
+``write_plan`` make the results folder resumable (plan.json); ``pending_runs``
+is what a folder still needs, the same question for a first run and a resume.
+Nothing here imports a framework at module level.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from ampcert.errors import UserError
+from ampcert.results import (
+    ResultsDir,
+    RunResult,
+    atomic_write_json,
+    atomic_write_text,
+    check_path_limits,
+)
+from ampcert.spec import RunSpec, Suite, apply_capabilities, expand, load_suite
+from ampcert.version import __version__
+from ampcert.vocabulary import OnEvent
+
+
+def resolve_device(requested: str, backend: str = "torch") -> Literal["cpu", "cuda"]:
+    """``auto`` becomes ``cuda`` where the backend's framework sees a GPU;
+    ``cuda`` where it sees none is a one-line error."""
+    if backend == "jax":
+        found, detail = _jax_gpu()
+    else:
+        import torch
+
+        found = torch.cuda.is_available()
+        detail = f"torch {torch.__version__}, CUDA build: {torch.version.cuda}"
+    if requested == "auto":
+        return "cuda" if found else "cpu"
+    if requested == "cuda" and not found:
+        raise UserError(f"device: cuda was requested but {backend} sees no CUDA device ({detail})")
+    if requested not in ("cpu", "cuda"):
+        raise UserError(f"device: expected auto, cpu or cuda, got {requested!r}")
+    return "cuda" if requested == "cuda" else "cpu"
+
+
+def _jax_gpu() -> tuple[bool, str]:
+    import jax
+
+    try:
+        return bool(jax.devices("gpu")), f"jax {jax.__version__}"
+    except RuntimeError as exc:  # no GPU backend in this jaxlib, or no device
+        return False, f"jax {jax.__version__}: {' '.join(str(exc).split())[:120]}"
+
+
+@dataclass
+class Plan:
+    suite: Suite
+    suite_path: Path
+    runs: list[RunSpec]
+    capabilities: dict[str, Any]
+    device: str
+
+
+def check_fp8_layers(runs: list[RunSpec]) -> None:
+    """Refuse, before any run, an FP8 layer policy that names a layer its
+    recipe cannot take: each fp8/mxfp8 entry's model is built once (on the
+    CPU, seed 0: only its shapes matter) and its layers planned."""
+    seen: set[tuple[str, str]] = set()
+    for run in runs:
+        if run.fp8 is None or (run.label, run.precision) in seen:
+            continue
+        seen.add((run.label, run.precision))
+        from ampcert.backends import torch_fp8
+        from ampcert.workloads import registry
+
+        if run.amp == "native" and not torch_fp8.torchao_installed():
+            raise UserError(f"workload {run.label!r}, precision {run.precision}: `amp: native` trains torchao's "
+                            "FP8 layers, and torchao is not installed: `pip install 'ampcert[fp8]'`")
+
+        workload = registry.get(run.workload)
+        task = workload.build(workload.Params.model_validate(run.params), 0, "cpu")
+        torch_fp8.check_layers(task.model, run.precision, run.fp8, f"workload {run.label!r}, precision {run.precision}")
+
+
+def plan_suite(suite_path: str | Path) -> Plan:
+    from ampcert.backends.capability import probe
+
+    path = Path(suite_path)
+    suite = load_suite(path)
+    min_seeds, repeats = 1, 0
+    if suite.certify is not None:
+        from ampcert.certify.rules import load_rules
+
+        pack = load_rules(suite.certify)
+        suite = suite.model_copy(update={"certify": pack.source})
+        min_seeds, repeats = pack.min_seeds(), pack.repeats()
+    device = resolve_device(suite.device, suite.backend)
+    runs = expand(suite, device, min_seeds=min_seeds, repeats=repeats)
+    check_fp8_layers(runs)
+    precisions: list[str] = sorted({r.precision for r in runs})
+    capabilities = probe(device, precisions, backend=suite.backend)
+    submission = suite.submission
+    if submission.platform is None:
+        submission = submission.model_copy(update={"platform": platform_name(device)})
+    runs = [r.model_copy(update={"submission": submission, "config_filename": path.name}) for r in runs]
+    return Plan(suite, path, apply_capabilities(suite, runs, capabilities), capabilities, device)
+
+
+def platform_name(device: str) -> str:
+    """MLPerf's submission_platform when a suite names none: what the
+    environment fingerprint says the runs train on (the first GPU's name on
+    cuda, the CPU model otherwise)."""
+    from ampcert.envinfo import cpu_info, gpu_info
+
+    if device == "cuda":
+        devices = gpu_info().get("devices") or []
+        if devices:
+            return str(devices[0]["name"])
+    return str(cpu_info()["model"]) or "unknown CPU"
+
+
+def default_out_dir(suite_name: str) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("reports") / f"{suite_name}-{stamp}"
+
+
+def prepare_out_dir(out: Path, run_ids: Iterable[str] | None = None) -> None:
+    """Create the folder, refusing one that already holds anything (results
+    are never overwritten; --resume continues a folder). A folder left by an
+    invocation killed before it wrote plan.json (its dead lock, the suite
+    copy, temp files) holds no results and is taken over. ``run_ids``, where
+    known, make the path-length check exact (see check_path_limits)."""
+    # Before anything touches the path: a name longer than the file system
+    # allows would otherwise be an OSError traceback here, and a folder too
+    # deep for its runs' files a failure in the middle of the suite.
+    check_path_limits(out, run_ids, "--out")
+    try:
+        if out.exists() and not out.is_dir():
+            raise UserError(f"--out {out}: exists and is not a folder")
+        if out.is_dir() and any(out.iterdir()) and not _interrupted_before_plan(out):
+            raise UserError(f"--out {out}: folder is not empty; use `ampcert run --resume {out}` "
+                            "to continue it, or choose another folder")
+    except OSError as exc:  # a parent that cannot be searched or listed
+        raise UserError(f"--out {out}: cannot use this folder: {exc.strerror or exc}") from None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe_file = out / f".write-test-{os.getpid()}"
+        probe_file.write_text("")
+        probe_file.unlink()
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot write there: {exc.strerror or exc}") from None
+
+
+# What an invocation leaves in its folder before plan.json exists: the lock,
+# the write probe, the suite copy and atomic-write temp files.
+_PRE_PLAN = re.compile(r"^(\.lock|\.write-test(-\d+)?|suite\.yaml|\.(suite\.yaml|plan\.json)\.[^/]*\.tmp)$")
+
+
+def _interrupted_before_plan(out: Path) -> bool:
+    names = {p.name for p in out.iterdir()}
+    # The lock is removed on every normal exit: a suite copy beside a lock
+    # is ours, never a user's file.
+    return (all(_PRE_PLAN.match(n) for n in names) and ("suite.yaml" not in names or ".lock" in names))
+
+
+def write_plan(out: Path, plan: Plan, shard: dict[str, Any] | None = None) -> None:
+    from ampcert.envinfo import fingerprint
+
+    raw = plan.suite_path.read_bytes()
+    rd = ResultsDir(out)
+    if rd.plan_file.exists():  # (under the folder lock) another invocation planned here first
+        raise UserError(f"--out {out}: another ampcert invocation has started writing to this folder")
+    atomic_write_text(rd.suite_file, raw.decode("utf-8"))
+    atomic_write_json(rd.plan_file, {
+        "tool": f"ampcert {__version__}",
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "suite": plan.suite.name,
+        "suite_source": str(plan.suite_path),
+        "suite_sha256": hashlib.sha256(raw).hexdigest(),
+        "device": plan.device,
+        "capabilities": plan.capabilities,
+        "certify": plan.suite.certify,
+        "environment": fingerprint(),
+        "runs": [r.model_dump(mode="json") for r in plan.runs],
+        **({"shard": shard} if shard else {}),  # run --shard i/n: the complete plan, and this shard's runs
+        # The suite's `slurm:` block, for `--resume --executor slurm` (not part of any run).
+        **({"slurm": plan.suite.slurm.model_dump(exclude_defaults=True)}
+           if plan.suite.slurm.model_dump(exclude_defaults=True) else {}),
+    })
+
+
+def skipped_result(spec: RunSpec) -> RunResult:
+    return RunResult(run_id=spec.run_id, spec=spec, status="skipped", reason=spec.skip_reason,
+                     accelerated=spec.accelerated, capability_note=spec.capability_note)
+
+
+def pending_runs(rd: ResultsDir, runs: list[RunSpec], retry_failed: bool,
+                 on_event: OnEvent = lambda e: None) -> list[RunSpec]:
+    """Runs without a trustworthy result (and failed ones, if asked). A result
+    file that is there but cannot be trusted (truncated, not a RunResult,
+    another run's) is reported with an ``invalid`` event, and its run redone.
+
+    Before anything is written: a run folder that is a link out of the folder,
+    or paths the file system cannot hold, are refused with one line (a
+    resumed folder may come from elsewhere; read_plan checked it as well)."""
+    ids = [spec.run_id for spec in runs]
+    rd.check_run_dirs(ids)
+    check_path_limits(rd.root, ids, "results folder")
+    todo = []
+    for spec in runs:
+        result, problem = rd.check_result(spec.run_id)
+        if problem is not None:
+            on_event({"kind": "invalid", "run_id": spec.run_id,
+                      "path": str(rd.result_file(spec.run_id)), "reason": problem})
+        if result is None or (retry_failed and result.status == "failed"):
+            todo.append(spec)
+    return todo
+
+
+def dump_plan_table(runs: list[RunSpec]) -> list[dict[str, Any]]:
+    return [
+        {"run_id": r.run_id, "workload": r.label, "precision": r.precision, "amp": r.amp,
+         "seed": r.seed, "device": r.device, "steps": r.train.step_limit,
+         "target": r.train.target, "accelerated": r.accelerated,
+         "note": ("skipped: " if r.skip_reason else "") + ("" if r.accelerated else "not accelerated")}
+        for r in runs
+    ]
