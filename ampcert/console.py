@@ -13,7 +13,12 @@ Every ``ampcert`` command prints its tables through :func:`print_table`:
   the terminal the pipe ends in, else 80), the same ``key: value`` blocks.
   Nothing is ever truncated.
 - **with --json**: the command's data as JSON on stdout (:func:`print_json`),
-  every message on stderr, so ``ampcert report DIR --json | jq`` works.
+  every message on stderr, so ``ampcert report DIR --json | jq`` works;
+  ``--json-out FILE`` writes the same JSON to FILE.
+
+One :class:`Output` per invocation holds the two consoles and the JSON
+options; the CLI hands it to the views, the progress display and the error
+lines.
 
 ``NO_COLOR`` (any non-empty value, https://no-color.org) wins over
 ``FORCE_COLOR``: no ANSI escape is written, and a forced terminal is not
@@ -28,14 +33,15 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
 from rich.console import Console
 
-__all__ = ["Col", "fit_widths", "make_console", "plain_lines", "print_json", "print_pairs", "print_table",
-           "vertical_lines"]
+__all__ = ["Col", "Output", "fit_widths", "json_text", "make_console", "plain_lines", "print_json", "print_pairs",
+           "print_table", "vertical_lines"]
 
 #: Spaces between two columns, in both layouts.
 GAP = 2
@@ -88,13 +94,71 @@ def make_console(stderr: bool = False) -> Console:
     return con
 
 
-def print_json(data: Any, stream: TextIO | None = None) -> None:
-    """``data`` as JSON on stdout: nothing else, never coloured (pydantic models as their JSON)."""
+def json_text(data: Any) -> str:
+    """``data`` as the JSON text ``--json`` prints (pydantic models as their JSON), newline-terminated."""
     if hasattr(data, "model_dump"):
         data = data.model_dump(mode="json")
+    return json.dumps(data, indent=1, default=str, ensure_ascii=False) + "\n"
+
+
+def print_json(data: Any, stream: TextIO | None = None) -> None:
+    """``data`` as JSON on stdout: nothing else, never coloured (pydantic models as their JSON)."""
     out = stream if stream is not None else sys.stdout
-    out.write(json.dumps(data, indent=1, default=str, ensure_ascii=False) + "\n")
+    out.write(json_text(data))
     out.flush()
+
+
+@dataclass
+class Output:
+    """Where one invocation of a command prints; made once per invocation
+    (:meth:`make`), for the streams and environment (NO_COLOR, COLUMNS) of that
+    invocation, and handed to the views, the progress display and the error lines.
+
+    ``stdout``, ``stderr``: the two consoles. ``as_json`` (``--json``): the
+    command's data goes to stdout as JSON and every message to stderr.
+    ``json_out`` (``--json-out FILE``): the same JSON is written to FILE.
+    ``command``: the command line's command (``history show``), for error lines
+    that name its options."""
+
+    stdout: Console
+    stderr: Console
+    as_json: bool = False
+    json_out: Path | None = None
+    command: str = ""
+
+    @classmethod
+    def make(cls) -> Output:
+        return cls(make_console(), make_console(stderr=True))
+
+    @property
+    def console(self) -> Console:
+        """Tables and messages: stdout, or stderr where stdout carries the JSON (--json)."""
+        return self.stderr if self.as_json else self.stdout
+
+    def data(self, data: Any, table: Callable[[Console], object] | None = None, *, write: bool = True) -> None:
+        """The command's data: as JSON on stdout with --json, else ``table(console)``
+        (None: nothing). With --json-out FILE (and ``write``; False where the session
+        writes FILE itself), the same JSON is written to FILE and ``wrote FILE`` said."""
+        if self.as_json:
+            print_json(data)
+        elif table is not None:
+            table(self.console)
+        if write and self.json_out is not None:
+            from ampcert.atomic import atomic_write_text  # WriteFailed: one line, exit 2
+
+            atomic_write_text(self.json_out, json_text(data))
+            self.line(f"wrote {self.json_out}")
+
+    def line(self, text: str) -> None:
+        """One plain message line (stderr with --json): no markup, never cut."""
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def warning(self, text: str) -> None:
+        self.stderr.print(f"ampcert: warning: {text}", markup=False, highlight=False, soft_wrap=True)
+
+    def error(self, text: str) -> None:
+        """``ampcert: error: <text>`` on stderr (the caller exits)."""
+        self.stderr.print(f"ampcert: error: {text}", markup=False, highlight=False, soft_wrap=True)
 
 
 # --------------------------------------------------------------------------- layout (pure)

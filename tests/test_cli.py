@@ -54,7 +54,7 @@ def test_unwritable_out_folder(tmp_path):
 
 
 def test_resume_needs_a_results_folder(tmp_path):
-    assert_one_line_error(warm_cli("run", "--resume", tmp_path / "nope"), "results folder not found")
+    assert_one_line_error(warm_cli("run", "--resume", tmp_path / "nope"), "--resume", "results folder not found")
     assert_one_line_error(warm_cli("run", "--resume", tmp_path), "not an ampcert results folder")
     assert_one_line_error(warm_cli("report", tmp_path), "no plan.json")
 

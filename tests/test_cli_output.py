@@ -1,7 +1,8 @@
 """What the CLI prints reads right anywhere: a terminal of any width, a pipe or
-CI log (plain text, nothing cut, no colour), a program (--json); NO_COLOR wins;
-`--version`, `list` and `show`; bad input on the new commands and options is
-one line and exit 2."""
+CI log (plain text, nothing cut, no colour), a program (--json on stdout,
+--json-out FILE); NO_COLOR wins; `--version`, `list` and `show`; bad input on
+the new commands and options is one line and exit 2 (click's usage errors, the
+session's BadArgument in the option's words)."""
 
 from __future__ import annotations
 
@@ -22,9 +23,11 @@ from factories import built_once, warm_cli
 from rich.console import Console
 
 import ampcert
-from ampcert import cli, resources
+from ampcert import cli, resources, session
 from ampcert.cli import views
-from ampcert.console import Col, fit_widths, plain_lines, print_table, vertical_lines
+from ampcert.cli.options import JSON_DASH_DEPRECATED, JSON_FILE_DEPRECATED, legacy_json
+from ampcert.console import Col, Output, fit_widths, plain_lines, print_table, vertical_lines
+from ampcert.errors import BadArgument
 
 SUITE = """\
 name: cli-output
@@ -147,12 +150,7 @@ def test_summary_notes_and_no_amp_column_in_process():
     s = {"suite": "s", "groups": [dict(group, precision="fp32", note=None, accelerated=True), group,
                                   dict(group, precision="bf16")]}
     buf = io.StringIO()
-    old = cli.console
-    cli.console = Console(file=buf, width=80, force_terminal=False)
-    try:
-        views.print_summary(cli.console, SimpleNamespace(runs=[]), s)
-    finally:
-        cli.console = old
+    views.print_summary(Console(file=buf, width=80, force_terminal=False), SimpleNamespace(runs=[]), s)
     out = buf.getvalue()
     assert out.splitlines()[0] == "suite s, amp native"
     assert out.count("[1]") == 3 and "[2]" not in out  # one marker per distinct note, and its footnote
@@ -255,9 +253,9 @@ def test_every_table_command_prints_json(folder, tmp_path):
     }
     printed = {}
     for name, (args, keys) in expect.items():
-        flag = ["--json", "-"] if name in ("compare", "plan") else ["--json"]
-        proc = warm_cli(*args, *flag, cwd=tmp_path)
+        proc = warm_cli(*args, "--json", cwd=tmp_path)
         assert proc.returncode in (0, 1), (name, proc.stdout + proc.stderr)
+        assert "warning" not in proc.stderr, (name, proc.stderr)
         printed[name] = data = json.loads(proc.stdout)  # stdout is the JSON and nothing else
         assert keys <= set(data), (name, sorted(data))
         assert not ANSI.search(proc.stdout)
@@ -265,12 +263,139 @@ def test_every_table_command_prints_json(folder, tmp_path):
     assert printed["report"]["summary"] == json.loads((folder.root / "summary.json").read_text())
 
 
-def test_json_to_a_file_still_works(folder, tmp_path):
-    for args in (["compare", folder.root, folder.root], ["plan", folder.root, "--target-samples", "1000"]):
-        out = tmp_path / f"{args[0]}.json"
-        proc = warm_cli(*args, "--json", out)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert json.loads(out.read_text()) and f"wrote {out}" in proc.stdout
+def _night(root: Path, index: int, level: float) -> Path:
+    """A synthetic night of suite `nightly` for the history gate (as tests/history builds them)."""
+    from factories import completed, plan, write_results
+
+    specs = plan({"name": "nightly", "precisions": ["fp32"], "seeds": [0, 1], "workloads": [{"workload": "digits"}]})
+    folder = write_results(root / f"night-{index:02d}",
+                           [completed(s, final_metric=0.95, samples_per_s=5000 * level * (1 + 0.01 * (-1) ** index))
+                            for s in specs], suite="nightly")
+    data = json.loads((folder / "plan.json").read_text())
+    data |= {"created_at": f"2026-10-01T{index:02d}:00:00+00:00",
+             "environment": {"hostname": "ci-runner-1", "cpu": {"model": "Test CPU"}}}
+    (folder / "plan.json").write_text(json.dumps(data))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def nights(tmp_path_factory) -> tuple[Path, str]:
+    """A history store of 8 nights and a 9th, new night: (new night, store)."""
+    root = tmp_path_factory.mktemp("nights")
+    folders = [_night(root, i, 1.0) for i in range(9)]
+    store = str(root / "h.sqlite")
+    session.history_add(folders[:-1], store=store)
+    return folders[-1], store
+
+
+def _json_commands(f: Folder, nights: tuple[Path, str]) -> dict[str, list]:
+    """compare, gate, plan (whose --json took a FILE) and one command whose --json was always a flag."""
+    new, store = nights
+    return {"compare": ["compare", f.root, f.root], "gate": ["gate", new, "--store", store],
+            "plan": ["plan", f.root, "--target-samples", "1000"], "list": ["list"]}
+
+
+def test_json_out_writes_the_json_that_json_prints(folder, nights, tmp_path):
+    for name, args in _json_commands(folder, nights).items():
+        out = tmp_path / f"{name}.json"
+        proc = warm_cli(*args, "--json-out", out, cwd=tmp_path)
+        assert proc.returncode == 0, (name, proc.stdout + proc.stderr)
+        assert f"wrote {out}" in proc.stdout and not proc.stderr, (name, proc.stdout + proc.stderr)
+        assert not proc.stdout.lstrip().startswith("{")  # the table, not the JSON, on stdout
+        written = json.loads(out.read_text())
+        # --json and --json-out together: the same data on stdout and in the file, messages on stderr
+        both = tmp_path / f"{name}-both.json"
+        proc = warm_cli(*args, "--json", "--json-out", both, cwd=tmp_path)
+        assert proc.returncode == 0, (name, proc.stdout + proc.stderr)
+        assert json.loads(proc.stdout) == json.loads(both.read_text()), name
+        assert f"wrote {both}" in proc.stderr
+        assert written.keys() == json.loads(proc.stdout).keys(), name
+    assert not (tmp_path / "-").exists()
+
+
+def test_json_file_old_spelling_warns_and_still_works(folder, nights, tmp_path):
+    for name, args in _json_commands(folder, nights).items():
+        if name == "list":
+            continue
+        for spelling in ("separate", "equals"):
+            out = tmp_path / f"{name}-{spelling}.json"
+            flag = ["--json", out] if spelling == "separate" else [f"--json={out}"]
+            proc = warm_cli(*args[:2], *flag, *args[2:], cwd=tmp_path)  # before the other options, too
+            assert proc.returncode == 0, (name, proc.stdout + proc.stderr)
+            assert proc.stderr == f"ampcert: warning: {JSON_FILE_DEPRECATED}\n", (name, proc.stderr)
+            assert JSON_FILE_DEPRECATED == "--json FILE is deprecated; use --json-out FILE"
+            assert json.loads(out.read_text()) and f"wrote {out}" in proc.stdout, (name, proc.stdout)
+        # `--json -` was stdout: it still is
+        proc = warm_cli(*args, "--json", "-", cwd=tmp_path)
+        assert proc.returncode == 0, (name, proc.stdout + proc.stderr)
+        assert json.loads(proc.stdout) and proc.stderr.startswith(f"ampcert: warning: {JSON_DASH_DEPRECATED}\n")
+    assert not (tmp_path / "-").exists()
+
+
+PARAMS = [SimpleNamespace(param_type_name="argument", is_flag=False, opts=[]),
+          SimpleNamespace(param_type_name="argument", is_flag=False, opts=[]),
+          SimpleNamespace(param_type_name="option", is_flag=True, opts=["--json"]),
+          SimpleNamespace(param_type_name="option", is_flag=False, opts=["--json-out"]),
+          SimpleNamespace(param_type_name="option", is_flag=False, opts=["--markdown"])]
+
+
+@pytest.mark.parametrize("args, expect, warning", [
+    (["a", "b", "--json"], ["a", "b", "--json"], None),
+    (["--json", "a", "b"], ["--json", "a", "b"], None),          # the flag, then the two arguments
+    (["a", "--json", "b"], ["a", "--json", "b"], None),
+    (["a", "b", "--json", "f.json"], ["a", "b", "--json-out", "f.json"], JSON_FILE_DEPRECATED),
+    (["--json", "f.json", "a", "b"], ["--json-out", "f.json", "a", "b"], JSON_FILE_DEPRECATED),
+    (["a", "b", "--json=f.json"], ["a", "b", "--json-out", "f.json"], JSON_FILE_DEPRECATED),
+    (["a", "b", "--json", "-"], ["a", "b", "--json"], JSON_DASH_DEPRECATED),
+    (["a", "b", "--markdown", "--json"], ["a", "b", "--markdown", "--json"], None),  # an option's value
+    (["a", "b", "--markdown", "m.md", "--json"], ["a", "b", "--markdown", "m.md", "--json"], None),
+    (["a", "b", "--json-out", "f.json"], ["a", "b", "--json-out", "f.json"], None),
+    (["a", "--", "--json", "b"], ["a", "--", "--json", "b"], None),
+])
+def test_the_old_json_spelling_is_told_from_the_flag(args, expect, warning):
+    assert legacy_json(args, PARAMS) == (expect, warning)
+
+
+def test_a_bad_argument_is_named_as_the_option_that_fed_it(monkeypatch, capsys, folder):
+    def main(*args: object) -> tuple[int, str]:
+        monkeypatch.setattr(sys, "argv", ["ampcert", *map(str, args)])
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_:
+            cli.main()
+        return exit_.value.code, capsys.readouterr().err
+
+    def bad(param: str, value: object = None):
+        def raise_(*args, **kwargs):
+            raise BadArgument(param, "not what it should be", value)
+        return raise_
+
+    # a parameter spelled as its option (the default), one fed by an argument, one by another option
+    monkeypatch.setattr(session, "capacity", bad("price_per_gpu_hour"))
+    assert main("plan", "r", "--target-samples", "5") == \
+        (2, "ampcert: error: --price-per-gpu-hour: not what it should be\n")
+    monkeypatch.setattr(session, "capacity", bad("source", "r"))
+    assert main("plan", "r", "--target-samples", "5") == (2, "ampcert: error: REPORT r: not what it should be\n")
+    monkeypatch.setattr(session, "plan_resume", bad("folder", "old"))
+    assert main("run", "--resume", "old", "--dry-run") == (2, "ampcert: error: --resume old: not what it should be\n")
+    # and as the session raises it: the folder of --resume
+    monkeypatch.undo()
+    code, err = main("run", "--resume", folder.root.parent / "nope")
+    assert code == 2 and err.startswith("ampcert: error: --resume ") and "results folder not found" in err, err
+
+
+def test_one_output_object_per_invocation():
+    """No console lives in the module: each invocation makes its own (for its streams)."""
+    from rich.console import Console as RichConsole
+
+    assert not [name for name, value in vars(cli).items() if isinstance(value, (RichConsole, Output))]
+    from typer.testing import CliRunner
+
+    first = CliRunner().invoke(cli.app, ["list", "--json"])
+    second = CliRunner().invoke(cli.app, ["list"])
+    assert first.exit_code == second.exit_code == 0, first.output + second.output
+    assert json.loads(first.stdout)["workloads"] and "workloads" in second.stdout
+    dash = CliRunner().invoke(cli.app, ["list", "--json-out", "-"])  # stdout, as --json; no file named '-'
+    assert dash.exit_code == 0 and json.loads(dash.stdout) == json.loads(first.stdout)
 
 
 # --------------------------------------------------------------------------- colour
@@ -315,7 +440,10 @@ def test_show_prints_the_shipped_text_exactly(tmp_path):
     (["show", "rule", "default"], ["'rule'", "policy", "rules"]),
     (["show", "rules", "default", "extra"], ["show", "extra"]),
     (["show", "--bogus"], ["--bogus"]),
-    (["compare", "a", "b", "--json"], ["--json"]),
+    (["compare", "a", "b", "--json-out"], ["--json-out"]),
+    (["audit", "--device", "tpu"], ["audit", "--device", "'tpu'", "'cpu'", "'cuda'"]),
+    (["audit", "--dtype", "fp32"], ["audit", "--dtype", "'fp32'", "'bf16'", "'fp16'"]),
+    (["screen", "digits", "--device", "tpu"], ["screen", "--device", "'tpu'"]),
     (["plan", "a", "--target-samples", "ten"], ["--target-samples"]),
     (["report", "--json"], ["report", "Missing argument", "results"]),
     (["nosuchcommand"], ["nosuchcommand"]),
@@ -327,6 +455,9 @@ def test_bad_input_is_one_line_exit_2(args, fragments):
 def test_json_to_an_unwritable_file_is_one_line(folder, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    assert_one_line_error(warm_cli("compare", folder.root, folder.root, "--json", blocker / "gate.json"), "cannot write")
-    assert_one_line_error(warm_cli("plan", folder.root, "--target-samples", "10", "--json", blocker / "plan.json"),
-                   "cannot write")
+    assert_one_line_error(warm_cli("compare", folder.root, folder.root, "--json-out", blocker / "gate.json"),
+                          "cannot write")
+    assert_one_line_error(warm_cli("plan", folder.root, "--target-samples", "10", "--json-out", blocker / "plan.json"),
+                          "cannot write")
+    assert_one_line_error(warm_cli("report", folder.root, "--json-out", blocker / "summary.json"), "cannot write",
+                          "summary.json")

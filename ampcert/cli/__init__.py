@@ -4,9 +4,15 @@ Each command body maps its options onto a session call, prints the result
 through :mod:`ampcert.cli.views` and turns the outcome into an exit code: 0
 done, 1 a negative finding (a FAIL certificate, a regression, a violation,
 a failed run), 2 bad input or a file that could not be written (``ampcert:
-error: <one line>``, from UserError/WriteFailed; 1 for a write that fails once
-runs have started), 128 + signum when SIGINT, SIGTERM or SIGHUP stopped it
-(``ampcert: interrupted by ...``, from Interrupted).
+error: <one line>``, from UserError/WriteFailed and click's usage errors; a
+session's BadArgument names the option that fed the parameter; 1 for a write
+that fails once runs have started), 128 + signum when SIGINT, SIGTERM or
+SIGHUP stopped it (``ampcert: interrupted by ...``, from Interrupted).
+
+Each invocation prints through one :class:`ampcert.console.Output` (made by
+:func:`main`, passed as the click context's ``obj``): its stdout and stderr
+consoles and the command's ``--json`` / ``--json-out FILE``. No console lives
+in this module.
 """
 
 from __future__ import annotations
@@ -14,32 +20,32 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
+from typing import NoReturn, cast
 
 import typer
 
 from ampcert import session
 from ampcert.cli import views
-from ampcert.console import make_console, print_json
-from ampcert.errors import Interrupted, UserError, WriteFailed, one_line
+from ampcert.cli.options import (
+    Device,
+    JsonFileCommand,
+    LowDtype,
+    NoArgsIsHelpError,
+    bad_argument_line,
+    click_errors,
+    json_out_option,
+    output_of,
+    usage_line,
+)
+from ampcert.console import Output
+from ampcert.errors import BadArgument, Interrupted, UserError, WriteFailed, one_line
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
     help="Benchmark and certify automatic mixed precision training.",
 )
-# Messages and tables go to `console` (stdout), or to stderr when a command
-# prints JSON on stdout (--json); both are made again for each invocation,
-# for the streams and environment (NO_COLOR, COLUMNS) of that invocation.
-console = make_console()
-err_console = make_console(stderr=True)
 
 JSON_HELP = "print the data as JSON on stdout instead of the table (messages go to stderr)"
-
-
-def _setup_output(as_json: bool = False) -> None:
-    """Fresh consoles for this invocation; with --json, messages go to stderr."""
-    global console, err_console
-    err_console = make_console(stderr=True)
-    console = err_console if as_json else make_console()
 
 
 def _version(value: bool) -> None:
@@ -55,16 +61,12 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="print the version and exit"),
 ) -> None:
-    _setup_output()
-
-
-def _fail(message: str) -> None:
-    err_console.print(f"ampcert: error: {message}", markup=False, highlight=False, soft_wrap=True)
-    sys.exit(2)
+    pass
 
 
 @app.command()
 def run(
+    ctx: typer.Context,
     suite: Path | None = typer.Argument(None, help="suite file (YAML)"),
     out: Path | None = typer.Option(None, "--out", help="results folder (default reports/<suite>-<time>)"),
     resume: Path | None = typer.Option(None, "--resume", help="finish an interrupted results folder"),
@@ -75,6 +77,7 @@ def run(
                                      "at plan positions i-1, i-1+n, ...); join the folders with `ampcert merge`"),
     as_json: bool = typer.Option(False, "--json", help="print the summary and certificate (with --dry-run: the "
                                  "run matrix) as JSON on stdout; progress and messages go to stderr"),
+    json_out: Path | None = json_out_option(),
     executor: str = typer.Option("local", "--executor", help="where runs train: local (this machine, one after "
                                  "another), ray (a Ray cluster), slurm (a Slurm job array); see docs/fleet.md"),
     address: str | None = typer.Option(None, "--address", help="--executor ray: the cluster's HOST:PORT, "
@@ -93,7 +96,7 @@ def run(
                                      "local executor on this machine (no Slurm needed)"),
 ) -> None:
     """Run a suite: every workload x precision x seed, each in its own process (or on a cluster: --executor)."""
-    _setup_output(as_json)
+    output = output_of(ctx, as_json, json_out)
     fleet = session.fleet_options(executor=executor, address=address, retries=retries, cpus_per_run=cpus_per_run,
                                   partition=partition, account=account, time_min=time_min, slurm_local=slurm_local)
     if resume is not None:
@@ -108,92 +111,93 @@ def run(
     if dry_run:
         if sign_key is not None:
             session.check_key(sign_key)
-        planned = session.plan_resume(resume) if resume is not None else session.plan_suite(suite, shard=shard)
-        print_json(planned.to_json()) if as_json else views.print_plan(console, planned)
+        planned = session.plan_resume(resume) if resume is not None else session.plan_suite(cast(Path, suite), shard=shard)
+        output.data(planned.to_json(), lambda console: views.print_plan(console, planned))
         return
     from ampcert.cli.progress import RunProgress
 
-    with RunProgress(console) as progress:
+    with RunProgress(output) as progress:
         if resume is not None:
             done = session.resume(resume, retry_failed=retry_failed, sign_key=sign_key, on_event=progress.handle,
                                   fleet=fleet)
         else:
-            done = session.run_suite(suite, out, shard=shard, sign_key=sign_key, on_event=progress.handle,
+            done = session.run_suite(cast(Path, suite), out, shard=shard, sign_key=sign_key, on_event=progress.handle,
                                      fleet=fleet)
-    _print_finished(done, as_json)
+    _print_finished(output, done)
     if not done.passed:
         raise typer.Exit(1)
 
 
-def _print_finished(done: session.Finished, as_json: bool, folders: int = 0) -> None:
-    if as_json:
-        print_json(done.to_json())
-    if done.envelope is not None:
-        views.print_signed(console, err_console, done.envelope, done.warnings)
-    views.print_finished(console, done, as_json=as_json, folders=folders)
+def _print_finished(output: Output, done: session.Finished, folders: int = 0) -> None:
+    output.data(done.to_json())  # the table comes with the rest of what print_finished says
+    views.print_finished(output, done, folders=folders)
 
 
 @app.command()
 def merge(
+    ctx: typer.Context,
     out: Path = typer.Argument(..., help="the merged results folder to write (new or empty)"),
     dirs: list[Path] = typer.Argument(..., help="results folders of the shards (`ampcert run --shard i/n`)"),
     partial: bool = typer.Option(False, "--partial", help="merge even if some planned runs have no result"),
     as_json: bool = typer.Option(False, "--json", help="print the summary and certificate as JSON on stdout "
                                  "instead of the table (messages go to stderr)"),
+    json_out: Path | None = json_out_option(),
 ) -> None:
     """Join shard folders of one suite into one results folder (certified, if the suite says so).
 
     Refuses folders of different suites (suite_sha256) or run matrices, and a run
     with results in two folders. `ampcert certify`, `report` and `sign` then work on OUT."""
-    _setup_output(as_json)
-    _print_finished(session.merge(out, dirs, partial=partial), as_json, folders=len(dirs))
+    output = output_of(ctx, as_json, json_out)
+    _print_finished(output, session.merge(out, dirs, partial=partial), folders=len(dirs))
 
 
 @app.command()
 def certify(
+    ctx: typer.Context,
     results_dir: Path = typer.Argument(..., help="a results folder written by `ampcert run`"),
     rules: str | None = typer.Option(None, "--rules", help="rule pack: shipped name (default, procurement) or file"),
     strict: bool = typer.Option(False, "--strict", help="exit 1 on INCONCLUSIVE too"),
     as_json: bool = typer.Option(False, "--json", help="print the certificate (as in verdicts.json) on stdout "
                                  "instead of the table (messages go to stderr)"),
+    json_out: Path | None = json_out_option(),
 ) -> None:
     """Re-evaluate stored results against a rule pack, without re-running anything.
 
     Writes DIR/verdicts.json. Exit 0 when no required rule FAILs (and, with
     --strict, none is INCONCLUSIVE), 1 otherwise, 2 on bad input."""
-    _setup_output(as_json)
+    output = output_of(ctx, as_json, json_out)
     done = session.certify(results_dir, rules)
     cert, verdicts = done.certificate, done.root / "verdicts.json"
     assert cert is not None
+    output.data(cert, lambda console: views.print_certificate(console, cert, verdicts))
     if as_json:
-        print_json(cert)
-        console.print(f"verdicts: {verdicts}", markup=False, soft_wrap=True)
-    else:
-        views.print_certificate(console, cert, verdicts)
+        output.console.print(f"verdicts: {verdicts}", markup=False, soft_wrap=True)
     if (results_dir / "report.dsse.json").exists():
-        console.print("note: report.json/report.html were re-rendered; sign them again "
-                      f"(ampcert sign {results_dir} --key KEY)", markup=False, soft_wrap=True)
+        output.console.print("note: report.json/report.html were re-rendered; sign them again "
+                             f"(ampcert sign {results_dir} --key KEY)", markup=False, soft_wrap=True)
     if cert.status == "FAIL" or (strict and cert.status == "INCONCLUSIVE"):
         raise typer.Exit(1)
 
 
 @app.command()
 def check(
+    ctx: typer.Context,
     logs: list[Path] = typer.Argument(..., help="MLLOG files (run.mllog), or results folders"),
     rules: Path | None = typer.Option(None, "--rules", help="compliance rule file (default configs/rules/mllog.yaml)"),
     mlperf: bool = typer.Option(False, "--mlperf", help="check with MLPerf's own compliance checker "
                                 "(mlperf-logging, training 6.1.0 common rules) instead"),
     as_json: bool = typer.Option(False, "--json", help="print the logs and their violations as JSON on stdout "
                                  "(messages go to stderr)"),
+    json_out: Path | None = json_out_option(),
 ) -> None:
     """Check MLLOG logs against declarative compliance rules; print every violation as file:line.
 
     Exit 0 when every log complies, 1 when any violation is found, 2 on bad input."""
-    _setup_output(as_json)
+    output = output_of(ctx, as_json, json_out)
     checked = session.check_logs(logs, rules, mlperf=mlperf)
-    print_json(checked.to_json()) if as_json else views.print_violations(console, checked)
-    console.print(f"{len(checked.logs)} log(s) checked against {checked.rules.name}: "
-                  f"{checked.violations} violation(s)", markup=False)
+    output.data(checked.to_json(), lambda console: views.print_violations(console, checked))
+    output.console.print(f"{len(checked.logs)} log(s) checked against {checked.rules.name}: "
+                         f"{checked.violations} violation(s)", markup=False)
     if checked.violations:
         raise typer.Exit(1)
 
@@ -204,9 +208,11 @@ app.add_typer(export_app, name="export")
 
 @export_app.command("mlperf")
 def export_mlperf(
+    ctx: typer.Context,
     folder: Path = typer.Argument(..., help="results folder"),
     out: Path = typer.Argument(..., help="where to write the submission layout (created; may hold other exports)"),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    json_out: Path | None = json_out_option(),
 ) -> None:
     """Lay a results folder out as an MLPerf training submission (<org>/results/<system>/<benchmark>/result_N.txt,
     <org>/systems/<system>.json) and check it with MLPerf's own tools (common rules, system description checker,
@@ -214,104 +220,123 @@ def export_mlperf(
 
     Exit 0 when MLPerf's checkers pass everything written, 1 when they reject a file (it is still written), 2 on bad
     input."""
-    _setup_output(as_json)
+    output = output_of(ctx, as_json, json_out)
     done = session.export_mlperf(folder, out)
-    print_json(done.to_json()) if as_json else views.print_exported(console, done)
+    output.data(done.to_json(), lambda console: views.print_exported(console, done))
     if not done.ok:
         raise typer.Exit(1)
 
 
 @app.command("list")
-def list_cmd(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
+def list_cmd(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    json_out: Path | None = json_out_option(),
+) -> None:
     """Workloads, suites, precisions, and the shipped policies and rule packs (`ampcert show KIND NAME`)."""
-    _setup_output(as_json)
+    output = output_of(ctx, as_json, json_out)
     data = session.catalog()
-    print_json(data) if as_json else views.print_catalog(console, data)
+    output.data(data, lambda console: views.print_catalog(console, data))
 
 
 @app.command()
 def show(
+    ctx: typer.Context,
     kind: str | None = typer.Argument(None, help="policy or rules", show_default=False),
     name: str | None = typer.Argument(None, help="a shipped name (`ampcert list` names them)", show_default=False),
 ) -> None:
     """Print a shipped policy or rule pack exactly as shipped, to copy and edit:
     `ampcert show policy torch-cpu > my-policy.yaml`, then `--policy my-policy.yaml`."""
+    output_of(ctx)
     sys.stdout.write(session.shipped_text(kind, name))
     sys.stdout.flush()
 
 
 @app.command()
-def env(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+def env(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    json_out: Path | None = json_out_option(),
+) -> None:
     """The environment fingerprint: Python, frameworks, CUDA, GPUs, CPU and its flags."""
+    output = output_of(ctx, as_json, json_out)
     fp = session.environment()
-    print_json(fp) if as_json else views.print_environment(console, fp)
+    output.data(fp, lambda console: views.print_environment(console, fp))
 
 
 @app.command()
 def report(
+    ctx: typer.Context,
     results: Path = typer.Argument(..., help="results folder written by `ampcert run`"),
     csv: Path | None = typer.Option(None, "--csv", help="also write one row per run to this CSV file"),
     as_json: bool = typer.Option(False, "--json", help="print the summary (as in summary.json) on stdout "
                                  "instead of the table (messages go to stderr)"),
+    json_out: Path | None = json_out_option(),
 ) -> None:
     """Re-render the summary and report.json/report.html from stored results (same bytes every time)."""
-    _setup_output(as_json)
+    output = output_of(ctx, as_json, json_out)
     done = session.report(results, csv=csv)
-    if as_json:
-        print_json({"results": str(results), "summary": done.summary})
-    else:
-        views.print_summary(console, done.results, done.summary)
-    console.print(f"wrote {results / 'summary.json'}, {done.report_json} and {done.report_html}",
-                  markup=False, soft_wrap=True)
+    output.data({"results": str(results), "summary": done.summary},
+                lambda console: views.print_summary(console, done.results, done.summary))
+    output.console.print(f"wrote {results / 'summary.json'}, {done.report_json} and {done.report_html}",
+                         markup=False, soft_wrap=True)
     if csv is not None:
-        console.print(f"wrote {csv}", markup=False)
+        output.console.print(f"wrote {csv}", markup=False)
 
 
 @app.command()
 def keygen(
+    ctx: typer.Context,
     key: Path = typer.Argument(..., help="private key file to write (KEY; the public key goes to KEY.pub)"),
     force: bool = typer.Option(False, "--force", help="overwrite an existing key pair"),
 ) -> None:
     """Write an Ed25519 key pair for signing reports (private key mode 0600)."""
+    output = output_of(ctx)
     private, public, keyid = session.keygen(key, force=force)
-    console.print(f"private key: {private} (mode 600, keep it secret)\npublic key:  {public} "
-                  f"(keyid {keyid})", markup=False, soft_wrap=True)
+    output.console.print(f"private key: {private} (mode 600, keep it secret)\npublic key:  {public} "
+                         f"(keyid {keyid})", markup=False, soft_wrap=True)
 
 
 @app.command()
 def sign(
+    ctx: typer.Context,
     results: Path = typer.Argument(..., help="results folder with report.json and report.html"),
     key: Path = typer.Option(..., "--key", help="Ed25519 private key (from `ampcert keygen`)"),
 ) -> None:
     """Sign report.json and report.html: writes report.dsse.json (DSSE, in-toto Statement v1)."""
+    output = output_of(ctx)
     envelope, warnings = session.sign(results, key)
-    views.print_signed(console, err_console, envelope, warnings)
+    views.print_signed(output, envelope, warnings)
 
 
 @app.command()
 def verify(
+    ctx: typer.Context,
     envelope: Path = typer.Argument(..., help="report.dsse.json (its subject files must sit beside it)"),
     pubkey: Path = typer.Option(..., "--pubkey", help="the signer's Ed25519 public key (KEY.pub)"),
 ) -> None:
     """Verify a signed report offline: signature, payload type and the digest of every subject file.
 
     Exit 0 when everything verifies, 1 on any mismatch (with the reason), 2 on bad input."""
+    output = output_of(ctx)
     try:
         result = session.verify(envelope, pubkey)
     except session.NotVerified as exc:
-        err_console.print(f"ampcert: NOT VERIFIED: {exc}", markup=False, soft_wrap=True)
+        output.stderr.print(f"ampcert: NOT VERIFIED: {exc}", markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
-    views.print_verified(console, result)
+    views.print_verified(output.console, result)
 
 
 @app.command()
 def audit(
+    ctx: typer.Context,
     backend: str = typer.Option("torch", "--backend", help="framework to audit: torch or jax"),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
+    device: Device = typer.Option(Device.cpu, "--device", help="cpu or cuda"),
     policy: str | None = typer.Option(None, "--policy", help="policy file or shipped name (default: the device's shipped policy)"),
-    dtype: str | None = typer.Option(None, "--dtype", help="bf16 or fp16 (default: bf16 on cpu, fp16 on cuda)"),
+    dtype: LowDtype | None = typer.Option(None, "--dtype", help="bf16 or fp16 (default: bf16 on cpu, fp16 on cuda)"),
     as_json: bool = typer.Option(False, "--json", help="print the audit rows as JSON on stdout instead of the "
                                  "tables (messages go to stderr)"),
+    json_out: Path | None = json_out_option(),
 ) -> None:
     """Compare ampcert's autocast with native torch.autocast, op by op, on real tensors.
 
@@ -320,19 +345,21 @@ def audit(
     intended differences are listed, not failed. With --backend jax: each
     primitive's operand dtypes and each nested region against the policy.
     Exits 2 on bad input."""
-    _setup_output(as_json)
+    output = output_of(ctx, as_json, json_out)
     if backend not in ("torch", "jax"):
         raise UserError(f"--backend: expected torch or jax, got {backend!r}")
-    result = session.audit_jax(policy, dtype) if backend == "jax" else session.audit_torch(device, policy, dtype)
-    views.print_audit(console, result)
-    print_json(result.to_json()) if as_json else views.print_audit_tables(console, result)
-    views.print_audit_verdict(console, result)
+    low = None if dtype is None else dtype.value
+    result = session.audit_jax(policy, low) if backend == "jax" else session.audit_torch(device.value, policy, low)
+    views.print_audit(output.console, result)
+    output.data(result.to_json(), lambda console: views.print_audit_tables(console, result))
+    views.print_audit_verdict(output.console, result)
     if not result.passed:
         raise typer.Exit(1)
 
 
 @app.command()
 def screen(
+    ctx: typer.Context,
     workload: str = typer.Argument(..., help="workload name (built-in, plugin) or import path 'pkg.mod:attr'"),
     params: str | None = typer.Option(None, "--params", help="the workload's params as YAML, e.g. '{size: tiny}'"),
     precision: str = typer.Option("fp8", "--precision", help="fp8 or mxfp8"),
@@ -341,9 +368,10 @@ def screen(
     include: list[str] = typer.Option([], "--include", help="module-name pattern to convert (repeatable)"),
     exclude: list[str] = typer.Option([], "--exclude", help="module-name pattern to keep in bf16 (repeatable)"),
     first_last: bool = typer.Option(False, "--first-last", help="let the first and last Linear layers convert"),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
+    device: Device = typer.Option(Device.cpu, "--device", help="cpu or cuda"),
     seed: int = typer.Option(0, "--seed"),
     as_json: bool = typer.Option(False, "--json", help="print the map as JSON on stdout (messages go to stderr)"),
+    json_out: Path | None = json_out_option(),
 ) -> None:
     """The per-layer FP8 eligibility map of a workload's model, without a run.
 
@@ -351,33 +379,36 @@ def screen(
     the device has no FP8 units) and measures every Linear layer: amax,
     underflow and saturation of its FP8 operands, its output's relative error
     against bf16, and a verdict (safe, review, unsafe). Exit 2 on bad input."""
-    _setup_output(as_json)
+    output = output_of(ctx, as_json, json_out)
     result = session.screen_fp8(workload, params, precision, recipe, steps, include, exclude, first_last,
-                                device, seed)
-    print_json(views.screen_json(result)) if as_json else views.print_screen(console, result)
+                                device.value, seed)
+    output.data(views.screen_json(result), lambda console: views.print_screen(console, result))
 
 
-@app.command()
+@app.command(cls=JsonFileCommand)
 def compare(
+    ctx: typer.Context,
     baseline: Path = typer.Argument(..., help="the baseline: a report.json or a results folder"),
     new: Path = typer.Argument(..., help="the candidate: a report.json or a results folder"),
     gate_file: Path | None = typer.Option(None, "--gate", help="gate settings laid over configs/gate.yaml"),
-    json_out: Path | None = typer.Option(None, "--json", help="write the full result as JSON to this file; "
-                                         "`--json -` prints it on stdout instead of the table (messages go to stderr)"),
+    as_json: bool = typer.Option(False, "--json", help="print the full result as JSON on stdout instead of the "
+                                 "table (messages go to stderr)"),
+    json_out: Path | None = json_out_option("also write the full result as JSON to FILE"),
     markdown: Path | None = typer.Option(None, "--markdown", help="write a Markdown summary (a CI job summary)"),
 ) -> None:
-    """Regression gate: NEW against BASELINE, per workload, backend, AMP and precision.
+    """Gate against a baseline: NEW against BASELINE (two results folders or report.json files).
 
-    A metric regresses when it is worse by more than its threshold AND the change
-    is significant over the repeated samples (steps within runs, seeds across runs);
-    a verdict that FAILs now but did not before, or runs that fail now, regress too.
+    Per workload, backend, AMP and precision, a metric regresses when it is
+    worse by more than its threshold AND the change is significant over the
+    repeated samples (steps within runs, seeds across runs); a verdict that
+    FAILs now but did not before, or runs that fail now, regress too. For the
+    gate against the nightly history, see `ampcert gate`.
     Exit 0: no regression; 1: regression; 2: bad input (e.g. different suites)."""
-    to_stdout = _is_stdout(json_out)
-    _setup_output(to_stdout)
+    output = output_of(ctx, as_json, json_out)
     result = session.compare(baseline, new, gate=gate_file)
-    print_json(result) if to_stdout else views.print_gate(console, result)
-    for path in session.write_gate_outputs(result, None if to_stdout else json_out, markdown):
-        console.print(f"wrote {path}", markup=False, soft_wrap=True)
+    output.data(result, lambda console: views.print_gate(console, result), write=False)
+    for path in session.write_gate_outputs(result, output.json_out, markdown):
+        output.console.print(f"wrote {path}", markup=False, soft_wrap=True)
     if result.status == "FAIL":
         raise typer.Exit(1)
 
@@ -390,29 +421,36 @@ STORE_HELP = "the history store: a file, sqlite:///PATH or postgresql://... (def
 
 @history_app.command("add")
 def history_add(
+    ctx: typer.Context,
     dirs: list[Path] = typer.Argument(..., help="results folders (`ampcert run --out DIR`), one night each"),
     store: str | None = typer.Option(None, "--store", help=STORE_HELP),
     machine: str | None = typer.Option(None, "--machine", help="the series' machine name (default: host, CPU, "
                                        "GPUs from the folder's fingerprint; name CI runners here)"),
 ) -> None:
     """Record results folders in the history store (a folder already there is skipped)."""
+    output = output_of(ctx)
     for folder, added in session.history_add(dirs, store=store, machine=machine):
-        console.print(f"{'added' if added else 'already in the store'}: {folder}", markup=False, soft_wrap=True)
+        output.console.print(f"{'added' if added else 'already in the store'}: {folder}", markup=False,
+                             soft_wrap=True)
 
 
 @history_app.command("show")
 def history_show(
+    ctx: typer.Context,
     store: str | None = typer.Option(None, "--store", help=STORE_HELP),
     suite: str | None = typer.Option(None, "--suite", help="only this suite's nights"),
     as_json: bool = typer.Option(False, "--json", help="print the nights as JSON"),
+    json_out: Path | None = json_out_option(),
 ) -> None:
     """List the nights in the history store, oldest first."""
+    output = output_of(ctx, as_json, json_out)
     nights = session.history_show(store=store, suite=suite)
-    print_json([vars(n) for n in nights]) if as_json else views.print_nights(console, nights)
+    output.data([vars(n) for n in nights], lambda console: views.print_nights(console, nights))
 
 
 @history_app.command("plot")
 def history_plot(
+    ctx: typer.Context,
     out: Path = typer.Argument(..., help="the SVG file to write"),
     store: str | None = typer.Option(None, "--store", help=STORE_HELP),
     suite: str | None = typer.Option(None, "--suite", help="the suite (needed where the store holds several)"),
@@ -421,105 +459,109 @@ def history_plot(
                                "peak_memory_bytes, energy_j_per_sample, scaler_skips or failed_runs"),
 ) -> None:
     """Plot one metric's nightly series (every subject of the suite) with their change points, as SVG."""
-    console.print(f"wrote {session.history_plot(out, store=store, suite=suite, machine=machine, metric=metric)}",
-                  markup=False, soft_wrap=True)
+    output = output_of(ctx)
+    written = session.history_plot(out, store=store, suite=suite, machine=machine, metric=metric)
+    output.console.print(f"wrote {written}", markup=False, soft_wrap=True)
 
 
-@app.command("gate")
+@app.command("gate", cls=JsonFileCommand)
 def gate_cmd(
+    ctx: typer.Context,
     new: Path = typer.Argument(..., help="the new night: a results folder"),
     store: str | None = typer.Option(None, "--store", help=STORE_HELP),
     machine: str | None = typer.Option(None, "--machine", help="the series' machine name (as given to history add)"),
-    json_out: Path | None = typer.Option(None, "--json", help="write the result as JSON to this file (`-`: stdout)"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON on stdout instead of the table "
+                                 "(messages go to stderr)"),
+    json_out: Path | None = json_out_option("also write the result as JSON to FILE"),
     markdown: Path | None = typer.Option(None, "--markdown", help="write a Markdown summary (a CI comment)"),
     html: Path | None = typer.Option(None, "--html", help="write a page with each series, its change points "
                                      "and the nights they point to"),
 ) -> None:
-    """History gate: NEW against its suite's nightly series in the store.
+    """Gate against the nightly history: NEW against its suite's series in the history store.
 
     Change points in each metric's series (ruptures' PELT) within the newest
     3 nights, worse by at least 1%, regress; accuracy is judged by paired TOST
-    against the nights before. Exit 0: no regression; 1: regression; 2: bad input."""
-    to_stdout = _is_stdout(json_out)
-    _setup_output(to_stdout)
+    against the nights before. For the gate against one baseline, see
+    `ampcert compare`. Exit 0: no regression; 1: regression; 2: bad input."""
+    output = output_of(ctx, as_json, json_out)
     result = session.gate_history(new, store=store, machine=machine)
-    print_json(result.to_json()) if to_stdout else views.print_history_gate(console, result)
-    for path in session.write_history_gate_outputs(result, None if to_stdout else json_out, markdown, html):
-        console.print(f"wrote {path}", markup=False, soft_wrap=True)
+    output.data(result.to_json(), lambda console: views.print_history_gate(console, result), write=False)
+    for path in session.write_history_gate_outputs(result, output.json_out, markdown, html):
+        output.console.print(f"wrote {path}", markup=False, soft_wrap=True)
     if result.status == "FAIL":
         raise typer.Exit(1)
 
 
-def _is_stdout(path: Path | None) -> bool:
-    """`--json -`: the JSON goes to stdout, not to a file named '-'."""
-    return path is not None and str(path) == "-"
-
-
-@app.command("plan")
+@app.command("plan", cls=JsonFileCommand)
 def plan_cmd(
+    ctx: typer.Context,
     report: Path = typer.Argument(..., help="a report.json or a results folder"),
     target_samples: int = typer.Option(..., "--target-samples", help="training samples to plan for (N)"),
     gpus: int = typer.Option(1, "--gpus", help="devices to spread them over (K); linear scaling assumed"),
     price_per_gpu_hour: float | None = typer.Option(None, "--price-per-gpu-hour", help="overrides the pricing table"),
     pricing: Path | None = typer.Option(None, "--pricing", help="price table (default configs/pricing.yaml)"),
     csv: Path | None = typer.Option(None, "--csv", help="also write the plan as CSV"),
-    json_out: Path | None = typer.Option(None, "--json", help="also write the plan as JSON to this file; `--json -` "
-                                         "prints it on stdout instead of the table (messages go to stderr)"),
+    as_json: bool = typer.Option(False, "--json", help="print the plan as JSON on stdout instead of the table "
+                                 "(messages go to stderr)"),
+    json_out: Path | None = json_out_option("also write the plan as JSON to FILE"),
 ) -> None:
     """Capacity plan: wall time, GPU-hours, energy and cost of training N samples on K
     devices in each precision, from measured throughput and energy per sample."""
-    to_stdout = _is_stdout(json_out)
-    _setup_output(to_stdout)
+    output = output_of(ctx, as_json, json_out)
     cap = session.capacity(report, target_samples, gpus=gpus, price_per_gpu_hour=price_per_gpu_hour,
                            pricing=pricing)
-    print_json(cap.plan) if to_stdout else views.print_capacity(console, cap)
+    output.data(cap.plan, lambda console: views.print_capacity(console, cap), write=False)
     for note in cap.notes:
-        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
-    for path in session.write_capacity(cap, csv=csv, json_path=None if to_stdout else json_out):
-        console.print(f"wrote {path}", markup=False)
+        output.console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+    for path in session.write_capacity(cap, csv=csv, json_path=output.json_out):
+        output.console.print(f"wrote {path}", markup=False)
 
 
-def _usage_error(exc: Exception) -> bool:
-    """click's (typer's) errors about the command line: a missing or extra argument, a bad option value."""
-    return any(k.__name__ == "ClickException" for k in type(exc).__mro__) and hasattr(exc, "format_message")
-
+# --------------------------------------------------------------------------- errors
 
 def main() -> None:
+    out = Output.make()  # this invocation's consoles; the commands set its JSON options
+    # The one signal policy over the whole invocation, parsing and printing included; once
+    # the exit code is known, a signal ends the process at once with the same one line.
+    with session.interruptible():
+        code = _invoke(out)
+        session.closing()
+    sys.exit(code)
+
+
+def _invoke(out: Output) -> int:
+    """Run the command; its exit code (errors printed as one line)."""
     try:
-        code = app(standalone_mode=False)
+        code = app(obj=out, standalone_mode=False)
     except OSError as exc:  # WriteFailed is one
         # A file that could not be written (a full disk): one line naming it and the errno,
         # raised after the atomic writers left every file whole. Exit 2, as for any command
         # that could not do what it was asked, or 1 where the session says runs had started
         # (WriteFailed.exit_code). A bare OSError (a writer that does not name its file)
         # gets the same line with what it says.
-        err_console.print(f"ampcert: error: {exc if isinstance(exc, WriteFailed) else one_line(str(exc))}",
-                          markup=False, highlight=False, soft_wrap=True)
-        sys.exit(exc.exit_code if isinstance(exc, WriteFailed) else 2)
+        out.error(str(exc) if isinstance(exc, WriteFailed) else one_line(str(exc)))
+        return exc.exit_code if isinstance(exc, WriteFailed) else 2
+    except BadArgument as exc:  # a session function's parameter: named as the option that fed it
+        out.error(bad_argument_line(out.command, exc))
+        return exc.exit_code
     except UserError as exc:
-        _fail(str(exc))
-    except Exception as exc:
-        if not _usage_error(exc):
-            raise
-        if type(exc).__name__ == "NoArgsIsHelpError":  # `ampcert` alone: the help is already printed
-            sys.exit(exc.exit_code)  # type: ignore[attr-defined]
-        ctx = getattr(exc, "ctx", None)
-        sub = ctx.command_path.removeprefix(ctx.find_root().info_name or "").strip() if ctx else ""
-        where = f"{sub}: " if sub else ""
-        hint = f" (see {ctx.command_path} --help)" if ctx else ""
-        err_console.print(f"ampcert: error: {where}{exc.format_message()}{hint}",  # type: ignore[attr-defined]
-                          markup=False, highlight=False, soft_wrap=True)
-        sys.exit(exc.exit_code)  # type: ignore[attr-defined]
+        out.error(str(exc))
+        return exc.exit_code
+    except NoArgsIsHelpError as exc:  # `ampcert` alone: the help is already printed
+        return exc.exit_code
+    except click_errors.ClickException as exc:  # a missing or extra argument, a bad option value
+        out.error(usage_line(exc))
+        return exc.exit_code
     except Interrupted as exc:  # SIGINT, SIGTERM or SIGHUP, turned into this by the runner
-        _interrupted(exc)
+        _interrupted(out, exc)
     except KeyboardInterrupt:  # Ctrl-C that typer did not see (outside the runner's handlers)
-        _interrupted(Interrupted(signal.SIGINT))
+        _interrupted(out, Interrupted(signal.SIGINT))
     if code == 130:  # typer's exit for a KeyboardInterrupt: Ctrl-C where the runner has no handlers
-        _interrupted(Interrupted(signal.SIGINT))
-    sys.exit(code if isinstance(code, int) else 0)
+        _interrupted(out, Interrupted(signal.SIGINT))
+    return code if isinstance(code, int) else 0
 
 
-def _interrupted(exc: Interrupted) -> None:
+def _interrupted(out: Output, exc: Interrupted) -> NoReturn:
     """One line on stderr, exit 128 + signum (130 SIGINT, 143 SIGTERM, 129 SIGHUP)."""
-    exc.report(lambda line: err_console.print(line, markup=False, highlight=False, soft_wrap=True))
+    exc.report(lambda line: out.stderr.print(line, markup=False, highlight=False, soft_wrap=True))
     sys.exit(exc.exit_code)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -19,10 +18,14 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from ampcert.console import Output
+
 
 class RunProgress:
-    def __init__(self, console: Console):
-        self.console = console
+    """The progress display of one invocation, on its message console (stderr with --json)."""
+
+    def __init__(self, out: Output):
+        self.console = console = out.console
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
@@ -36,7 +39,7 @@ class RunProgress:
         self.progress.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.progress.__exit__(*exc)
 
     def handle(self, event: dict[str, Any]) -> None:

@@ -1,8 +1,10 @@
 """How the CLI shows what the session API returns: tables, certificates, gate results.
 
-Presentation only: each function takes a result object and a console and
-prints it. Where a fitted table cannot be drawn (a narrow terminal, a pipe),
-``print_table`` falls back to plain whole lines that grep and CI logs keep.
+Presentation only: each function takes a result object and a console (or,
+where it prints to both streams or depends on --json, the invocation's
+:class:`~ampcert.console.Output`) and prints it. Where a fitted table cannot
+be drawn (a narrow terminal, a pipe), ``print_table`` falls back to plain
+whole lines that grep and CI logs keep.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from ampcert.console import Col, print_pairs, print_table
+from ampcert.console import Col, Output, print_pairs, print_table
 
 STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow", "REGRESSION": "bold red",
                 "IMPROVED": "green"}
@@ -91,7 +93,7 @@ def print_certificate(console: Console, cert, verdicts_file) -> None:
     from ampcert.certify import format_certificate
 
     line(console, f"certificate: {cert.status}  (rules {cert.rules['name']}, sha256 {cert.rules['sha256'][:12]})")
-    rows = []
+    rows: list[list[Any]] = []
     for s in cert.subjects:
         rows.append([status_cell(s.status, bold=True), str(s.subject), ""])
         for v in cert.verdicts:
@@ -103,18 +105,22 @@ def print_certificate(console: Console, cert, verdicts_file) -> None:
     console.print(f"verdicts: {verdicts_file}", markup=False, soft_wrap=True)
 
 
-def print_finished(console: Console, done, *, as_json: bool, folders: int = 0) -> None:
-    """What run, resume and merge print after the runs: table, report, certificate, folder."""
+def print_finished(out: Output, done, *, folders: int = 0) -> None:
+    """What run, resume and merge print after the runs (the signature first, where
+    there is one): table, report, certificate, folder (with --json: no table, no certificate)."""
     from ampcert.results import ResultsDir
 
-    if not as_json:
+    if done.envelope is not None:
+        print_signed(out, done.envelope, done.warnings)
+    console = out.console
+    if not out.as_json:
         print_summary(console, done.results, done.summary)
     if done.merged is not None:
         m = done.merged
         console.print(f"merged {m['merged']} of {m['runs']} runs from {folders} folders into {done.root}"
                       + (f"; {len(m['missing'])} without a result" if m["missing"] else ""), markup=False)
     console.print(f"report: {done.report_html}", markup=False)
-    if done.certificate is not None and not as_json:
+    if done.certificate is not None and not out.as_json:
         print_certificate(console, done.certificate, ResultsDir(done.root).verdicts_file)
     console.print(f"results: {done.root}  (summary: {ResultsDir(done.root).summary_html})", markup=False)
     if done.shard:
@@ -123,10 +129,11 @@ def print_finished(console: Console, done, *, as_json: bool, folders: int = 0) -
                       + (" and certify there" if done.certify_later else ""), markup=False, soft_wrap=True)
 
 
-def print_signed(console: Console, err_console: Console, envelope, warnings: list[str]) -> None:
+def print_signed(out: Output, envelope, warnings: list[str]) -> None:
+    """The signature written; the signer's warnings on stderr."""
     for w in warnings:
-        err_console.print(f"ampcert: warning: {w}", markup=False, soft_wrap=True)
-    console.print(f"signed: {envelope}", markup=False, soft_wrap=True)
+        out.stderr.print(f"ampcert: warning: {w}", markup=False, soft_wrap=True)
+    out.console.print(f"signed: {envelope}", markup=False, soft_wrap=True)
 
 
 def print_verified(console: Console, result) -> None:

@@ -1,0 +1,176 @@
+"""The command line's options as the commands share them.
+
+- the invocation's :class:`~ampcert.console.Output`, set to a command's
+  ``--json`` and ``--json-out FILE`` (:func:`output_of`);
+- the choices the parser checks (``--device``, ``--dtype``);
+- the old ``--json FILE`` of compare, gate and plan, still read for one
+  release (:func:`legacy_json`, :class:`JsonFileCommand`);
+- errors in the command line's words: click's usage errors (:func:`usage_line`)
+  and a session's :class:`~ampcert.errors.BadArgument`, named as the option
+  or argument that fed the parameter (:func:`bad_argument_line`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import typer
+import typer.core
+
+from ampcert.console import Output
+from ampcert.errors import BadArgument
+
+# The click that typer runs on (its own copy, typer._click, in typer 0.2x; the click
+# package before): a bad command line raises that module's exceptions.
+click_errors: Any = importlib.import_module(typer.BadParameter.__module__)
+# `ampcert` alone (click 8.2 on; before, the help ends in an exit 0 that raises nothing).
+NoArgsIsHelpError = getattr(click_errors, "NoArgsIsHelpError", ())
+
+JSON_OUT_HELP = "also write the JSON that --json prints to FILE"
+
+
+def json_out_option(text: str = JSON_OUT_HELP) -> Any:
+    return typer.Option(None, "--json-out", metavar="FILE", help=text)
+
+
+class Device(str, Enum):
+    """--device: checked by the parser (a bad value is a usage error, exit 2)."""
+
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class LowDtype(str, Enum):
+    """--dtype: autocast's low precision."""
+
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+def output_of(ctx: typer.Context, as_json: bool = False, json_out: Path | None = None) -> Output:
+    """This invocation's output object (made by :func:`ampcert.cli.main`, or here where the app is
+    invoked directly, as typer's CliRunner does), set to the command's JSON options.
+    ``--json-out -`` is ``--json``: stdout, not a file named '-'."""
+    root = ctx.find_root()
+    if not isinstance(root.obj, Output):
+        root.obj = Output.make()
+    out: Output = root.obj
+    if json_out is not None and str(json_out) == "-":
+        as_json, json_out = True, None
+    out.as_json, out.json_out = as_json, json_out
+    out.command = ctx.command_path.removeprefix(root.info_name or "").strip()
+    return out
+
+
+# --------------------------------------------------------------------------- `--json FILE`, the old spelling
+
+JSON_FILE_DEPRECATED = "--json FILE is deprecated; use --json-out FILE"
+JSON_DASH_DEPRECATED = "--json - is deprecated; use --json"
+
+
+def legacy_json(args: list[str], params: list[Any]) -> tuple[list[str], str | None]:
+    """compare, gate and plan took ``--json FILE`` (``-``: stdout) before --json became
+    a flag: ``args`` (the command's own, after its name) with that spelling rewritten
+    to ``--json-out FILE`` (``--json`` for ``-``), and the warning to print (None where
+    nothing was old).
+
+    ``--json X`` is the old spelling where X is a positional token (not an option,
+    nor an option's value) and the command line has more positional tokens than the
+    command has arguments: read as the flag, X would be one too many (``compare A B
+    --json X``), while ``compare --json A B`` is the flag. ``--json=X`` is always old
+    (a flag takes no value)."""
+    valued = {opt for p in params if p.param_type_name == "option" and not p.is_flag for opt in p.opts}
+    arguments = sum(1 for p in params if p.param_type_name == "argument")
+    positional: list[int] = []
+    i = 0
+    while i < len(args):
+        if args[i] == "--":
+            positional += range(i + 1, len(args))
+            break
+        if args[i] in valued:
+            i += 1  # its value
+        elif args[i] == "-" or not args[i].startswith("-"):
+            positional.append(i)
+        i += 1
+    spare = len(positional) - arguments
+    out: list[str] = []
+    warning = None
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        value = None
+        if arg == "--":
+            out += args[i:]
+            break
+        if arg in valued:
+            out += args[i:i + 2]
+            i += 2
+            continue
+        if arg == "--json" and spare > 0 and i + 1 in positional:
+            value, spare = args[i + 1], spare - 1
+            i += 1
+        elif arg.startswith("--json="):
+            value = arg.removeprefix("--json=")
+        if value is None:
+            out.append(arg)
+        elif value == "-":
+            out.append("--json")
+            warning = warning or JSON_DASH_DEPRECATED
+        else:
+            out += ["--json-out", value]
+            warning = JSON_FILE_DEPRECATED
+        i += 1
+    return out, warning
+
+
+class JsonFileCommand(typer.core.TyperCommand):
+    """A command whose --json took a FILE (compare, gate, plan): that spelling still
+    works for one release, with a warning on stderr (:func:`legacy_json`)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        args, warning = legacy_json(args, self.params)
+        if warning is not None:
+            output_of(ctx).warning(warning)
+        return super().parse_args(ctx, args)
+
+
+# --------------------------------------------------------------------------- errors
+
+# The option (or argument) of each command that fed a session function's parameter,
+# where its spelling is not `--` + the parameter's name with dashes (BadArgument.as_option).
+FLAGS: dict[str, dict[str, str]] = {
+    "run": {"suite": "SUITE", "folder": "--resume"},
+    "merge": {"out": "OUT", "folders": "DIRS"},
+    "certify": {"folder": "RESULTS_DIR"},
+    "check": {"paths": "LOGS"},
+    "export mlperf": {"folder": "FOLDER", "out": "OUT"},
+    "show": {"kind": "KIND", "name": "NAME"},
+    "report": {"folder": "RESULTS"},
+    "keygen": {"key": "KEY"},
+    "sign": {"folder": "RESULTS"},
+    "verify": {"envelope": "ENVELOPE"},
+    "screen": {"workload": "WORKLOAD"},
+    "compare": {"baseline": "BASELINE", "new": "NEW", "json_path": "--json-out"},
+    "history add": {"folders": "DIRS"},
+    "history plot": {"out": "OUT"},
+    "gate": {"new": "NEW", "json_path": "--json-out"},
+    "plan": {"source": "REPORT", "json_path": "--json-out"},
+}
+
+
+def bad_argument_line(command: str, exc: BadArgument) -> str:
+    """A session's BadArgument in the command line's words: ``--flag: detail``."""
+    return exc.as_option(FLAGS.get(command, {}).get(exc.param))
+
+
+def usage_line(exc: Any) -> str:
+    """click's (typer's) error about the command line, as ampcert's one line: the
+    subcommand, click's message, where to read the usage."""
+    ctx = getattr(exc, "ctx", None)
+    sub = ctx.command_path.removeprefix(ctx.find_root().info_name or "").strip() if ctx else ""
+    where = f"{sub}: " if sub else ""
+    hint = f" (see {ctx.command_path} --help)" if ctx else ""
+    return f"{where}{exc.format_message()}{hint}"
