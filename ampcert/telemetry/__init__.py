@@ -19,14 +19,8 @@ from typing import Any
 
 from ampcert.telemetry.host import HostSource, RaplReader
 from ampcert.telemetry.nvml import NvmlSession, ensure_pci_bus_order
-from ampcert.telemetry.sampler import (
-    DEFAULT_RATE_HZ,
-    Recording,
-    Series,
-    Telemetry,
-    integrate_trapezoid,
-    summarize,
-)
+from ampcert.telemetry.sampler import DEFAULT_RATE_HZ, Series, Telemetry
+from ampcert.telemetry.summary import Recording, integrate_trapezoid, summarize
 
 __all__ = [
     "DEFAULT_RATE_HZ", "HostSource", "NvmlSession", "RaplReader", "Recording", "Series", "Telemetry",

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from ampcert.telemetry import Telemetry, integrate_trapezoid, summarize
-from ampcert.telemetry.sampler import Edge, Recording, SourceInfo
+from ampcert.telemetry.summary import Edge, Recording, SourceInfo
 
 # --------------------------------------------------------------------------- integration
 
