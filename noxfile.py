@@ -55,8 +55,8 @@ def gpu(session: nox.Session) -> None:
 # The newest torch that installs here (issue 17). It is a CUDA build (~5.5 GB in the
 # venv, read from the machines' disk, not downloaded) and runs on the CPU here.
 CURRENT_TORCH = "torch==2.14.1"
-TORCH_AMP_TESTS = ("tests/amp", "tests/test_amp_parity.py", "tests/test_amp_harness.py",
-                   "tests/test_flops.py")
+TORCH_AMP_TESTS = ("tests/amp", "tests/backends/test_amp_parity.py", "tests/backends/test_amp_harness.py",
+                   "tests/backends/test_flops.py")
 # One tiny suite through `ampcert run`: ampcert's autocast in bf16 and fp16 (the latter
 # with DynamicLossScaler), in real worker processes.
 TINY_AMPCERT_SUITE = """\
@@ -164,7 +164,7 @@ def slurm(session: nox.Session) -> None:
     """`ampcert run --executor slurm` against a real single-node Slurm: installs Debian's
     slurmctld, slurmd and munge where missing (apt-get, as root), starts munged, slurmctld
     and slurmd with a scratch configuration (SLURM_CONF), waits for the node to be idle,
-    runs the slurm-marked tests (tests/fleet: a suite through sbatch job arrays, held to a
+    runs the slurm-marked tests (tests/runner: a suite through sbatch job arrays, held to a
     local run), then stops the daemons. Not a default session (root, apt, daemons)."""
     import os
     import shutil
@@ -227,7 +227,7 @@ def slurm(session: nox.Session) -> None:
 # ampcert.amp.jax on its own, on the newest and the oldest JAX it supports, each in a
 # venv without torch: the session checks that torch is absent and that
 # `import ampcert.amp.jax` works there before the tests run.
-JAX_AMP_TESTS = ("tests/jax/test_jax_autocast.py", "tests/jax/test_jax_loss_scale.py")
+JAX_AMP_TESTS = ("tests/amp/jax/test_jax_autocast.py", "tests/amp/jax/test_jax_loss_scale.py")
 # What ampcert.amp.jax imports (jax, numpy, PyYAML) plus the test runner. The project
 # goes in with --no-deps: its own dependencies include torch.
 JAX_AMP_DEPS = ("numpy>=1.24", "pyyaml>=6.0", "pytest>=8", "pytest-timeout>=2.2")
@@ -250,7 +250,7 @@ def _python(version: str) -> str:
 
 # The harness with `backend: jax` where torch is not installed: a tiny JAX suite planned,
 # trained, reported and certified, and a torch suite refused with the extra to install.
-JAX_HARNESS_TESTS = ("tests/jax/test_jax_without_torch.py",)
+JAX_HARNESS_TESTS = ("tests/session/test_jax_without_torch.py",)
 
 
 def _jax_amp(session: nox.Session, jax: str) -> None:

@@ -7,7 +7,7 @@ resume, merge, certify and report cannot drift apart.
 
 Imports of the layers below are inside the functions: ``import ampcert.session``
 (and so ``ampcert --help``) stays fast, and commands that do not train import
-neither torch nor JAX (tests/test_cli_imports.py).
+neither torch nor JAX (tests/cli/test_cli_imports.py).
 """
 
 from __future__ import annotations

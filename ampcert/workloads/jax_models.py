@@ -23,7 +23,7 @@ JAX-only install has no torch, so both are built from one framework-free
   from :mod:`ampcert.workloads.rng`, and the augmentation is the workload's
   numpy one (torch applies the same draws on its device).
 
-tests/jax/test_jax_workloads.py checks the correspondence: identical initial
+tests/workloads/test_jax_workloads.py checks the correspondence: identical initial
 weights, and one forward pass and one optimizer step equal to torch's.
 
 Plain JAX rather than flax: the parameter tree *is* the torch state dict, so

@@ -74,7 +74,7 @@ _SHARED: dict[str, Folder] = {}
 
 def shared_folder(tmp_path_factory) -> Folder:
     """One tiny real results folder for the CLI tests of this session (trained once, ~10 s,
-    by whichever test process asks first; tests/test_cli_imports.py uses it too), copied
+    by whichever test process asks first; tests/cli/test_cli_imports.py uses it too), copied
     into this process's temp folder: commands that re-render it never meet another's lock."""
     if "folder" not in _SHARED:
         base = tmp_path_factory.mktemp("cli-folder")
