@@ -176,21 +176,17 @@ class Fp8Stats(_Model):
     layers: list[Fp8Layer]
 
 
-class RunResult(_Model):
-    schema_version: int = SCHEMA_VERSION
-    run_id: str
-    spec: RunSpec
-    status: Status
-    reason: str | None = None
-    # Written only when set, so results recorded before the field existed
-    # render to the same report bytes; read it through ``failure_kind``.
-    failure: FailureKind | None = Field(
-        default=None, exclude_if=lambda v: v is None,
-        description="why a failed run failed (absent in results written before ampcert 0.2)")
-    started_at: str | None = None
-    finished_at: str | None = None
-    wall_s: float | None = None
-    phases: Phases | None = None
+class TrainedFields(_Model):
+    """The fields of a :class:`RunResult` that training fills in, declared once:
+    what the run trained and measured, how it was set up (policy, determinism,
+    environment) and whether the device accelerates its precision.
+
+    RunResult inherits them, so result.json stays flat; what a backend hands
+    the worker, :class:`~ampcert.backends.contract.TrainOutcome`, is these
+    fields plus its phase times and telemetry samples. A failed or skipped run
+    keeps the defaults but for ``accelerated`` and ``capability_note``, which
+    come from its spec. The declaration order is result.json's key order."""
+
     steps: int = 0
     train_samples: int = 0
     metric: str | None = None
@@ -238,6 +234,36 @@ class RunResult(_Model):
     weights_sha256: str | None = None
     environment: dict[str, Any] = Field(default_factory=dict)
 
+    def trained_fields(self) -> dict[str, Any]:
+        """These fields' values by name (not dumped: nested models stay models),
+        as ``RunResult(run_id=..., **outcome.trained_fields())`` takes them."""
+        return {name: getattr(self, name) for name in TrainedFields.model_fields}
+
+
+class _RunRecord(_Model):
+    # The fields of a RunResult that say which run it is, how it ended and when:
+    # set by whoever records the run: the worker, or the runner for a run no worker finished.
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    spec: RunSpec
+    status: Status
+    reason: str | None = None
+    # Written only when set, so results recorded before the field existed
+    # render to the same report bytes; read it through ``failure_kind``.
+    failure: FailureKind | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="why a failed run failed (absent in results written before ampcert 0.2)")
+    started_at: str | None = None
+    finished_at: str | None = None
+    wall_s: float | None = None
+    phases: Phases | None = None
+
+
+# No docstring: report.json's schema (schemas/report.v1.schema.json) holds
+# RunResult's, and it has none. Pydantic orders the fields of a model with
+# several bases from the last base to the first: _RunRecord's, then
+# TrainedFields', the key order of every result.json written so far.
+class RunResult(TrainedFields, _RunRecord):
     @property
     def failure_kind(self) -> FailureKind | None:
         """Why this run failed (None unless it did)."""

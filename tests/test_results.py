@@ -1,16 +1,33 @@
-"""Atomic writes, what counts as a trustworthy result, loading into pandas."""
+"""Atomic writes, what counts as a trustworthy result, loading into pandas; the
+fields a backend's outcome gives its result."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
+from pathlib import Path
 
 import pytest
 
 from ampcert import mllog
+from ampcert.backends import loop
+from ampcert.backends.contract import PhaseTimes, TrainOutcome
 from ampcert.errors import UserError
-from ampcert.results import ResultsDir, RunResult, atomic_write_json, atomic_write_text, load
+from ampcert.results import (
+    EvalPoint,
+    Measured,
+    ResultsDir,
+    RunResult,
+    TrainedFields,
+    atomic_write_json,
+    atomic_write_text,
+    load,
+)
 from ampcert.spec import expand, parse_suite
+from ampcert.workloads import registry
+
+GOLDEN_RUNS = Path(__file__).resolve().parent / "data" / "golden" / "folder" / "runs"
 
 
 def _spec():
@@ -100,3 +117,56 @@ def test_mllog_roundtrip_and_non_finite_values(tmp_path):
         fh.write(':::MLLOG {"key": broken\n')
     with pytest.raises(ValueError, match=r"run.mllog:5: malformed MLLOG event"):
         list(mllog.read(path))
+
+
+def test_stored_results_read_back_to_the_same_bytes():
+    """result.json's key order is RunResult's field order: a stored result,
+    read and written again, gives its bytes back."""
+    stored = sorted(GOLDEN_RUNS.glob("*/result.json"))
+    assert len(stored) == 8
+    for path in stored:
+        text = path.read_text(encoding="utf-8")
+        assert RunResult.model_validate_json(text).model_dump_json(indent=1) + "\n" == text, path.parent.name
+
+
+def test_a_result_is_its_record_then_the_trained_fields_an_outcome_is():
+    trained = list(TrainedFields.model_fields)
+    record = ["schema_version", "run_id", "spec", "status", "reason", "failure", "started_at", "finished_at",
+              "wall_s", "phases"]
+    assert list(RunResult.model_fields) == record + trained
+    assert list(TrainOutcome.model_fields) == [*trained, "phases", "telemetry_series"]
+    assert trained[:2] == ["steps", "train_samples"] and trained[-1] == "environment"
+
+
+def _outcome(spec, **changes):
+    tallies = dict(
+        steps=4, losses=[2.0, math.nan, 1.5, math.inf],
+        evals=[EvalPoint(step=2, samples=128, train_time_s=1.0, value=0.5),
+               EvalPoint(step=4, samples=256, train_time_s=2.0, value=0.75)],
+        reached=None, scaling=loop.NoLossScaling(), build_s=1.0, train_s=2.0, eval_s=0.5, data_s=0.5,
+        durations=[0.5, 0.5, 0.5, 0.5], timing="perf_counter around each step", flops_per_step=1e6,
+        peak=Measured(value=1e9, unit="FLOP/s", method="given"), telemetry={"notes": []}, series=None,
+        amp_policy={"name": "none (fp32)"}, determinism={"seed": 0}, environment={"data": "digits"},
+        peak_memory=Measured(value=1.0, unit="bytes", method="test"), weights_sha256="0" * 64,
+        data_info={}, lowest_precision=None)
+    return loop.outcome(spec, registry.get("digits"), 64, **{**tallies, **changes})
+
+
+def test_the_outcome_builder_derives_the_fields_alike_for_both_backends():
+    spec = _spec()
+    out = _outcome(spec)
+    assert (out.steps, out.train_samples, out.metric, out.final_metric) == (4, 256, "accuracy", 0.75)
+    assert out.loss == [2.0, None, 1.5, None] and out.data_info is None
+    assert out.target_reached is None and out.steps_to_target is None  # no target
+    assert out.samples_per_s == 128.0 and out.achieved_flops == 2e6 and out.mfu == 2e6 / 1e9
+    assert out.data_share == 0.25 and out.step_time.n == 4 and out.step_times_ms == [500.0] * 4
+    assert out.loss_scale is None and out.skipped_steps is None
+    assert (out.accelerated, out.capability_note) == (spec.accelerated, spec.capability_note)
+    assert out.phases == PhaseTimes(build_s=1.0, train_s=2.0, eval_s=0.5)
+    # JAX: the first step, traced and compiled, timed apart (its batch's data time is in data_s).
+    jax = _outcome(spec, compile_s=1.5, durations=[0.5, 0.5, 1.0])
+    assert jax.phases == PhaseTimes(build_s=2.5, train_s=2.0, eval_s=0.5)
+    assert jax.samples_per_s == 96.0 and jax.achieved_flops == 1.5e6 and jax.data_share == 0.5 / 3.5
+    # The worker's result holds every trained field as the outcome gave it.
+    result = RunResult(run_id=spec.run_id, spec=spec, status="completed", **out.trained_fields())
+    assert result.trained_fields() == out.trained_fields()

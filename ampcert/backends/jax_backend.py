@@ -45,7 +45,7 @@ import numpy as np
 from ampcert import mllog
 from ampcert.amp.precision import LOW_PRECISIONS, dtype_name
 from ampcert.backends import jax_precision, loop
-from ampcert.backends.contract import NonFiniteLoss, PhaseTimes, TrainOutcome, Unsupported
+from ampcert.backends.contract import NonFiniteLoss, TrainOutcome, Unsupported
 from ampcert.results import EvalPoint, Measured
 from ampcert.spec import RunSpec
 
@@ -96,7 +96,6 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
 
     from ampcert.amp.jax import autocast, jax_policy
     from ampcert.backends import jax_scaling
-    from ampcert.backends.loop import step_time_stats, step_times_ms
     from ampcert.workloads import registry
 
     device = spec.device
@@ -230,50 +229,21 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
 
     telemetry, series = loop.stop_telemetry(tel, log, step * task.batch_size)
     log.end(mllog.RUN_STOP, metadata={"status": "success"})
-    timed_steps = len(durations)
     flops_per_step = _step_flops(step_jit, params, opt_state, state, scaling.state, lr_table[0], x, y)
-    achieved = flops_per_step * timed_steps / train_s if flops_per_step and train_s > 0 else None
-    peak = loop.peak_flops(spec)
-    loss_scale, skipped = scaling.recorded()
-    return TrainOutcome(
-        metric=workload.metric,
-        higher_is_better=workload.higher_is_better,
-        steps=step,
-        train_samples=step * task.batch_size,
-        final_metric=evals[-1].value,
-        target=budget.target,
-        loss=[v if math.isfinite(v) else None for v in losses],
-        evals=evals,
-        amp_policy=amp_policy,
-        determinism=determinism,
+    return loop.outcome(
+        spec, workload, task.batch_size, steps=step, losses=losses, evals=evals, reached=reached,
+        scaling=scaling, build_s=build_s, compile_s=compile_s, train_s=train_s, eval_s=eval_s, data_s=data_s,
+        durations=durations, timing="perf_counter around each step, blocked until ready "
+                                    "(the first, compiling step excluded)",
+        flops_per_step=flops_per_step, peak=loop.peak_flops(spec), telemetry=telemetry, series=series,
+        amp_policy=amp_policy, determinism=determinism,
         environment={
             "jax": jax.__version__, "jax_backend": jax.default_backend(),
             "device_name": jdev.device_kind, "data": task.data_note,
             "compile_s": compile_s,
             "policy_rewrite": loss_of.report(params, state, x, y).as_dict() if policy is not None else None,
         },
-        peak_memory=_peak_memory(jdev),
-        weights_sha256=params_digest(params),
-        telemetry=telemetry,
-        phases=PhaseTimes(build_s=build_s + (compile_s or 0.0), train_s=train_s, eval_s=eval_s),
-        telemetry_series=series,
-        samples_per_s=(timed_steps * task.batch_size) / train_s if train_s > 0 else None,
-        flops_per_step=flops_per_step,
-        achieved_flops=achieved,
-        mfu=loop.mfu(achieved, peak),
-        peak_flops=peak,
-        data_time_s=data_s,
-        data_share=data_s / (train_s + (compile_s or 0.0)) if train_s > 0 else None,
-        data_info=task.data_info or None,
-        step_time=step_time_stats(durations, "perf_counter around each step, blocked until ready "
-                                             "(the first, compiling step excluded)"),
-        step_times_ms=step_times_ms(durations),
-        target_reached=loop.target_reached(spec, reached),
-        steps_to_target=reached.steps if reached else None,
-        samples_to_target=reached.samples if reached else None,
-        time_to_target_s=reached.time_s if reached else None,
-        loss_scale=loss_scale,
-        skipped_steps=skipped,
+        peak_memory=_peak_memory(jdev), weights_sha256=params_digest(params), data_info=task.data_info,
         lowest_precision=lowest_precision,
     )
 

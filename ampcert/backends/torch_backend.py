@@ -35,11 +35,10 @@ from ampcert.amp.precision import FP8_PRECISIONS, autocast_precision, dtype_name
 from ampcert.backends import distributed, loop, torch_fp8, torch_precision
 from ampcert.backends.contract import (  # noqa: F401 - RunFailed: part of this module's API
     NonFiniteLoss,
-    PhaseTimes,
     RunFailed,
     TrainOutcome,
 )
-from ampcert.backends.loop import step_time_stats, step_times_ms
+from ampcert.backends.loop import step_times_ms
 from ampcert.backends.torch_compile import CompiledStep
 from ampcert.results import EvalPoint, Fp8Stats, Measured
 from ampcert.spec import RunSpec
@@ -388,10 +387,6 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     log.end(mllog.RUN_STOP, metadata={"status": "success"})
     all_losses = torch.stack(losses).cpu().tolist()
     peak_memory, weights_sha256 = _peak_memory(device), weights_digest(model)
-    achieved = flops_per_step * step / train_s if flops_per_step and train_s > 0 else None
-    # Under torchrun on GPUs every GPU contributes to the achieved FLOP/s.
-    peak = loop.peak_flops(spec, dctx.world if dctx is not None and device == "cuda" else 1)
-    loss_scale, skipped = scaler.recorded()
     environment: dict[str, Any] = {
         "torch": torch.__version__,
         "device_name": torch.cuda.get_device_name() if device == "cuda" else _cpu_name(),
@@ -400,40 +395,15 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     if dctx is not None:
         determinism["world_size"] = dctx.world
         environment["distributed"] = dctx.describe(spec, task.batch_size)
-    return TrainOutcome(
-        metric=workload.metric,
-        higher_is_better=workload.higher_is_better,
-        steps=step,
-        train_samples=step * task.batch_size,
-        final_metric=evals[-1].value,
-        target=budget.target,
-        loss=[v if math.isfinite(v) else None for v in all_losses],
-        evals=evals,
-        amp_policy=amp.policy,
-        determinism=determinism,
-        environment=environment,
-        peak_memory=peak_memory,
-        weights_sha256=weights_sha256,
-        telemetry=telemetry,
-        phases=PhaseTimes(build_s=build_s, train_s=train_s, eval_s=eval_s),
-        telemetry_series=series,
-        samples_per_s=(step * task.batch_size) / train_s if train_s > 0 else None,
-        flops_per_step=flops_per_step,
-        achieved_flops=achieved,
-        mfu=loop.mfu(achieved, peak),
-        peak_flops=peak,
-        data_time_s=data_s,
-        data_share=data_s / train_s if train_s > 0 else None,
-        data_info=task.data_info or None,
-        step_time=step_time_stats(clock.durations, clock.method),
-        step_times_ms=step_times_ms(clock.durations),
-        target_reached=loop.target_reached(spec, reached),
-        steps_to_target=reached.steps if reached else None,
-        samples_to_target=reached.samples if reached else None,
-        time_to_target_s=reached.time_s if reached else None,
-        loss_scale=loss_scale,
-        skipped_steps=skipped,
-        lowest_precision=lowest_precision,
+    return loop.outcome(
+        spec, workload, task.batch_size, steps=step, losses=all_losses, evals=evals,
+        reached=reached, scaling=scaler, build_s=build_s, train_s=train_s, eval_s=eval_s, data_s=data_s,
+        durations=clock.durations, timing=clock.method, flops_per_step=flops_per_step,
+        # Under torchrun on GPUs every GPU contributes to the achieved FLOP/s.
+        peak=loop.peak_flops(spec, dctx.world if dctx is not None and device == "cuda" else 1),
+        telemetry=telemetry, series=series, amp_policy=amp.policy, determinism=determinism,
+        environment=environment, peak_memory=peak_memory, weights_sha256=weights_sha256,
+        data_info=task.data_info, lowest_precision=lowest_precision,
         compile_stats=compiled.stats(step_times_ms(clock.durations)) if compiled is not None else None,
         fp8=Fp8Stats.model_validate(fp8.summary()) if fp8 is not None else None,
     )

@@ -141,10 +141,12 @@ def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None =
                 if status == "completed":
                     outcome, status, failure, reason = None, "failed", FailureKind.ERROR, str(exc)
     wall_s = time.perf_counter() - t0
-    fields: dict[str, Any] = {}
+    # The fields training fills in (results.TrainedFields): the outcome's, or, for a run that
+    # did not complete, their defaults and what its spec says of the device.
+    trained: dict[str, Any] = {"accelerated": spec.accelerated, "capability_note": spec.capability_note}
     phases = None
     if outcome is not None:
-        fields = outcome.result_fields()
+        trained = outcome.trained_fields()
         if outcome.telemetry_series is not None:
             try:
                 outcome.telemetry["series_file"] = outcome.telemetry_series.write(rd.telemetry_file(spec.run_id)).name
@@ -158,9 +160,7 @@ def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None =
                         eval_s=times.eval_s, other_s=max(wall_s - accounted, 0.0))
     result = RunResult(
         run_id=spec.run_id, spec=spec, status=status, reason=reason, failure=failure,
-        started_at=started_at, finished_at=now_iso(), wall_s=wall_s, phases=phases,
-        accelerated=spec.accelerated, capability_note=spec.capability_note,
-        **fields,
+        started_at=started_at, finished_at=now_iso(), wall_s=wall_s, phases=phases, **trained,
     )
     try:
         atomic_write_json(rd.result_file(spec.run_id), result)
@@ -181,7 +181,7 @@ def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None =
 
 def process_main(spec_json: str, root: str, queue, spawned_at: float, orchestrator: int | None = None) -> None:
     """Entry point of a worker process (see orchestrator)."""
-    # The worker's side of the signal policy (see orchestrator.interruptible).
+    # The worker's side of the signal policy (see signals.interruptible).
     # SIGINT is ignored: a terminal's Ctrl-C reaches the whole process group, and
     # stopping the run is the orchestrator's job (a KeyboardInterrupt here would
     # only print a traceback). SIGTERM and SIGHUP keep what the worker inherited
