@@ -3,7 +3,7 @@ verdicts or report file spoilt in a results folder: each failure detected and
 explained in one line, never trusted.
 
 (Workers that raise, diverge, hang past their timeout or are SIGKILLed:
-tests/test_run_e2e.py::test_failures_are_isolated_and_explained. Spoilt
+tests/session/test_run_e2e.py::test_failures_are_isolated_and_explained. Spoilt
 result files, reported and redone on resume: test_kill_resume.py.)
 """
 
