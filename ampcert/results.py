@@ -44,6 +44,7 @@ from ampcert.atomic import (
 )
 from ampcert.errors import UserError
 from ampcert.spec import MAX_NAME_LEN, RunSpec, id_problem, shown
+from ampcert.stored_plan import StoredPlan
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -354,10 +355,10 @@ class ResultsDir:
     def verdicts_file(self) -> Path:
         return self.root / "verdicts.json"
 
-    def read_plan(self) -> dict[str, Any]:
-        """plan.json, its runs as RunSpecs, checked as input from elsewhere:
-        every label and run id can name a folder (RunSpec's validator), a
-        shard's run ids are run ids, and the run folders are real folders."""
+    def read_plan(self) -> StoredPlan:
+        """plan.json, checked as input from elsewhere: every label and run id
+        can name a folder (RunSpec's validator), a shard's run ids are run ids,
+        and the run folders are real folders."""
         path = self.plan_file
         try:
             raw = read_regular_file(path)
@@ -379,8 +380,14 @@ class ResultsDir:
             if not isinstance(shard, dict) or not (ids is None or isinstance(ids, list) and all(
                     isinstance(i, str) and id_problem(i, MAX_NAME_LEN) is None for i in ids)):
                 raise UserError(f"{path}: shard.run_ids: expected a list of run ids")
-        self.check_run_dirs(r.run_id for r in plan["runs"])
-        return plan
+        try:
+            stored = StoredPlan.model_validate(plan)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(x) for x in first["loc"]) or "(top level)"
+            raise UserError(f"{path}: unreadable plan: {where}: {first['msg']}") from None
+        self.check_run_dirs(r.run_id for r in stored.runs)
+        return stored
 
     def read_result(self, run_id: str) -> RunResult | None:
         """The stored result, or None if the run has none that can be trusted
@@ -571,15 +578,13 @@ def load(root: str | Path) -> ResultSet:
     if not rd.root.is_dir():
         raise UserError(f"{rd.root}: results folder not found")
     plan = rd.read_plan()
-    if plan.get("shard"):  # a shard's folder answers for its own runs only
-        mine = set(plan["shard"].get("run_ids") or [])
-        plan["runs"] = [r for r in plan["runs"] if r.run_id in mine]
+    specs = plan.my_runs()  # a shard's folder answers for its own runs only
     runs: list[RunResult] = []
     missing: list[str] = []
-    for spec in plan["runs"]:
+    for spec in specs:
         result = rd.read_result(spec.run_id)
         if result is None:
             missing.append(spec.run_id)
         else:
             runs.append(result)
-    return ResultSet(rd.root, plan["suite"], plan["runs"], runs, missing)
+    return ResultSet(rd.root, plan.suite, specs, runs, missing)

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ampcert.backends", "ampcert.certify", "ampcert.plan"),  # train one run; verdicts; capacity
     ("ampcert.aggregate",),                              # one aggregation per group, for every view
     ("ampcert.results",),                                # RunResult, the results folder
-    ("ampcert.spec",),                                   # suites and the run matrix
+    ("ampcert.spec", "ampcert.stored_plan"),             # suites and the run matrix; plan.json
     ("ampcert.workloads", "ampcert.telemetry"),          # what is trained; what is measured
     ("ampcert.configio", "ampcert.atomic", "ampcert.resources", "ampcert.errors", "ampcert.mllog", "ampcert.envinfo",
      "ampcert.console", "ampcert.version", "ampcert.vocabulary"),  # leaves every layer may use

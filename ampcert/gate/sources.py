@@ -46,7 +46,7 @@ def load_source(path: str | Path) -> Source:
                 cert = Certificate.model_validate_json(rd.verdicts_file.read_bytes())
             except (OSError, ValueError) as exc:
                 raise UserError(f"{rd.verdicts_file}: unreadable verdicts: {str(exc).splitlines()[0]}") from None
-        return Source(p, "results folder", rs.suite_name, plan.get("suite_sha256"), rs.runs, cert)
+        return Source(p, "results folder", rs.suite_name, plan.suite_sha256, rs.runs, cert)
     if not p.exists():
         raise UserError(f"{p}: no such report file or results folder")
     try:

@@ -145,8 +145,7 @@ def read_night(folder: str | Path, machine: str | None = None) -> Night:
     if not results.runs:
         raise UserError(f"{root}: no run results to record")
     raw = rd.plan_file.read_bytes()
-    environment = plan.get("environment")
-    fingerprint: dict[str, Any] = environment if isinstance(environment, dict) else {}
+    fingerprint: dict[str, Any] = plan.environment or {}
     certificate = None
     verdicts: list[VerdictRecord] = []
     if rd.verdicts_file.exists():
@@ -159,10 +158,10 @@ def read_night(folder: str | Path, machine: str | None = None) -> Night:
                 verdicts.append(VerdictRecord(_subject(entry["subject"]), "", Status(entry["status"])))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise UserError(f"{rd.verdicts_file}: unreadable verdicts ({type(exc).__name__}: {exc})") from None
-    night = Night(digest=hashlib.sha256(raw).hexdigest(), suite=str(plan.get("suite") or results.suite_name),
-                  suite_sha256=plan.get("suite_sha256"), created_at=str(plan.get("created_at") or ""),
+    night = Night(digest=hashlib.sha256(raw).hexdigest(), suite=str(plan.suite or results.suite_name),
+                  suite_sha256=plan.suite_sha256, created_at=str(plan.created_at or ""),
                   machine=machine or default_machine(fingerprint), source=str(root.resolve()),
-                  tool=str(plan.get("tool") or ""), certificate=certificate, fingerprint=fingerprint,
+                  tool=str(plan.tool or ""), certificate=certificate, fingerprint=fingerprint,
                   verdicts=verdicts)
     if not night.created_at:
         raise UserError(f"{rd.plan_file}: no created_at: the night's date is unknown")

@@ -374,15 +374,15 @@ def build_report(rs: ResultSet) -> Report:
     report = Report(
         tool=f"ampcert {__version__}",
         suite=SuiteInfo(name=rs.suite_name, description=description,
-                        sha256=plan.get("suite_sha256") or hashlib.sha256(suite_text.encode()).hexdigest(),
+                        sha256=plan.suite_sha256 or hashlib.sha256(suite_text.encode()).hexdigest(),
                         text=suite_text),
-        device=plan.get("device", ""), planned_at=plan.get("created_at"),
-        capabilities=plan.get("capabilities", {}), environment=plan.get("environment", {}),
+        device=plan.device or "", planned_at=plan.created_at,
+        capabilities=plan.capabilities or {}, environment=plan.environment or {},
         policies=[PolicyInfo(name=k[0], sha256=k[1], effective_sha256=k[2], source=k[3], runs=n)
                   for k, n in sorted(policies.items(), key=lambda kv: str(kv[0]))],
         rules=cert.rules if cert else None, certificate=cert, table=_table(runs, cert), runs=runs,
         missing_runs=sorted(rs.missing), methods=_methods(runs),
-        not_measured=_not_measured(runs, plan.get("capabilities", {})),
+        not_measured=_not_measured(runs, plan.capabilities or {}),
         capacity=_capacity(runs),
     )
     # Install paths, wherever the stored results carry one (policy and rule sources, data

@@ -28,6 +28,7 @@ from ampcert.results import (
     check_path_limits,
 )
 from ampcert.spec import RunSpec, Suite, apply_capabilities, expand, load_suite
+from ampcert.stored_plan import StoredPlan
 from ampcert.version import __version__
 from ampcert.vocabulary import OnEvent
 
@@ -179,7 +180,8 @@ def write_plan(out: Path, plan: Plan, shard: dict[str, Any] | None = None) -> No
     if rd.plan_file.exists():  # (under the folder lock) another invocation planned here first
         raise UserError(f"--out {out}: another ampcert invocation has started writing to this folder")
     atomic_write_text(rd.suite_file, raw.decode("utf-8"))
-    atomic_write_json(rd.plan_file, {
+    slurm = plan.suite.slurm.model_dump(exclude_defaults=True)
+    stored = StoredPlan.model_validate({
         "tool": f"ampcert {__version__}",
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "suite": plan.suite.name,
@@ -189,12 +191,12 @@ def write_plan(out: Path, plan: Plan, shard: dict[str, Any] | None = None) -> No
         "capabilities": plan.capabilities,
         "certify": plan.suite.certify,
         "environment": fingerprint(),
-        "runs": [r.model_dump(mode="json") for r in plan.runs],
+        "runs": plan.runs,
         **({"shard": shard} if shard else {}),  # run --shard i/n: the complete plan, and this shard's runs
         # The suite's `slurm:` block, for `--resume --executor slurm` (not part of any run).
-        **({"slurm": plan.suite.slurm.model_dump(exclude_defaults=True)}
-           if plan.suite.slurm.model_dump(exclude_defaults=True) else {}),
+        **({"slurm": slurm} if slurm else {}),
     })
+    atomic_write_json(rd.plan_file, stored.to_json())
 
 
 def skipped_result(spec: RunSpec) -> RunResult:

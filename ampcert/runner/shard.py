@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 from ampcert.errors import UserError
 from ampcert.results import ResultsDir, atomic_write_json, atomic_write_text, check_path_limits
 from ampcert.spec import RunSpec
+from ampcert.stored_plan import StoredPlan
 
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 
@@ -58,13 +59,9 @@ def record(runs: list[RunSpec], index: int, count: int) -> dict[str, Any]:
             "run_ids": [r.run_id for r in select(runs, index, count)]}
 
 
-def shard_runs(plan: dict[str, Any]) -> list[RunSpec]:
+def shard_runs(plan: StoredPlan) -> list[RunSpec]:
     """The runs a results folder is responsible for: its shard's, or all of them."""
-    shard = plan.get("shard")
-    if not shard:
-        return list(plan["runs"])
-    mine = set(shard.get("run_ids") or [])
-    return [r for r in plan["runs"] if r.run_id in mine]
+    return plan.my_runs()
 
 
 def _live_lock(root: Path) -> int | None:
@@ -116,7 +113,7 @@ def merge(out: Path, sources: list[Path], *, partial: bool = False) -> dict[str,
     # with the run ids, in prepare_out_dir below.
     check_path_limits(out, None, "merge OUT")
     seen: dict[Path, Path] = {}
-    plans: list[dict[str, Any]] = []
+    plans: list[StoredPlan] = []
     for d in sources:
         try:
             found = d.is_dir()
@@ -137,13 +134,13 @@ def merge(out: Path, sources: list[Path], *, partial: bool = False) -> dict[str,
         plans.append(ResultsDir(d).read_plan())
 
     ref, ref_dir = plans[0], sources[0]
-    ref_ids = [r.run_id for r in ref["runs"]]
+    ref_ids = [r.run_id for r in ref.runs]
     for d, plan in zip(sources[1:], plans[1:], strict=True):
-        if plan.get("suite_sha256") != ref.get("suite_sha256"):
-            raise UserError(f"{d}: planned from a different suite than {ref_dir} (suite {plan.get('suite')!r} "
-                            f"sha256 {str(plan.get('suite_sha256'))[:12]}, not {ref.get('suite')!r} "
-                            f"{str(ref.get('suite_sha256'))[:12]}); only shards of one suite merge")
-        ids = [r.run_id for r in plan["runs"]]
+        if plan.suite_sha256 != ref.suite_sha256:
+            raise UserError(f"{d}: planned from a different suite than {ref_dir} (suite {plan.suite!r} "
+                            f"sha256 {str(plan.suite_sha256)[:12]}, not {ref.suite!r} "
+                            f"{str(ref.suite_sha256)[:12]}); only shards of one suite merge")
+        ids = [r.run_id for r in plan.runs]
         if ids != ref_ids:
             other = next((i for i in ids if i not in set(ref_ids)), None) or next(
                 (i for i in ref_ids if i not in set(ids)), None)
@@ -153,7 +150,7 @@ def merge(out: Path, sources: list[Path], *, partial: bool = False) -> dict[str,
     owner: dict[str, tuple[Path, RunSpec]] = {}
     for d, plan in zip(sources, plans, strict=True):
         rd = ResultsDir(d)
-        for spec in plan["runs"]:
+        for spec in plan.runs:
             result = rd.read_result(spec.run_id)
             if result is None:
                 if rd.result_file(spec.run_id).exists():
@@ -178,16 +175,18 @@ def merge(out: Path, sources: list[Path], *, partial: bool = False) -> dict[str,
             # as a link, never as what it points to.
             shutil.copytree(ResultsDir(d).run_dir(run_id), rd_out.run_dir(run_id), symlinks=True,
                             ignore=shutil.ignore_patterns(".*.tmp"))
-        merged = {k: v for k, v in ref.items() if k != "shard"}
+        merged = {k: v for k, v in ref.to_json().items() if k != "shard"}
         merged["runs"] = [(owner[r.run_id][1] if r.run_id in owner else r).model_dump(mode="json")
-                          for r in ref["runs"]]
+                          for r in ref.runs]
         merged["merged_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         merged["merged_from"] = [
-            {"path": str(d), "shard": {k: v for k, v in (p.get("shard") or {}).items() if k != "run_ids"} or None,
-             "created_at": p.get("created_at"), "device": p.get("device"), "tool": p.get("tool"),
-             "environment": p.get("environment"), "capabilities": p.get("capabilities"),
+            {"path": str(d),
+             "shard": ({k: v for k, v in p.shard.model_dump(exclude_unset=True).items() if k != "run_ids"}
+                       if p.shard else None) or None,
+             "created_at": p.created_at, "device": p.device, "tool": p.tool,
+             "environment": p.environment, "capabilities": p.capabilities,
              "runs": [i for i in ref_ids if i in owner and owner[i][0] == d]}
             for d, p in zip(sources, plans, strict=True)
         ]
         atomic_write_json(rd_out.plan_file, merged)
-    return {"runs": len(ref_ids), "merged": len(owner), "missing": missing, "certify": ref.get("certify")}
+    return {"runs": len(ref_ids), "merged": len(owner), "missing": missing, "certify": ref.certify}

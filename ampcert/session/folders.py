@@ -164,6 +164,5 @@ def export_mlperf(folder: str | Path, out: str | Path) -> Exported:
     with interruptible():
         root = existing_folder(folder)
         with folder_lock(root):  # not while a run is writing the folder
-            environment = ResultsDir(root).read_plan().get("environment") or {}
-            return export(load(root), Path(out), environment if isinstance(environment, dict) else {},
-                          f"ampcert {__version__}")
+            environment = ResultsDir(root).read_plan().environment or {}
+            return export(load(root), Path(out), environment, f"ampcert {__version__}")

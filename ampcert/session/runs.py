@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ampcert.runner.fleet import Executor
     from ampcert.runner.planning import Plan
     from ampcert.spec import RunSpec, SlurmOptions
+    from ampcert.stored_plan import StoredPlan
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def plan_suite(suite: str | Path, *, shard: str | None = None) -> PlannedRuns:
         return PlannedRuns(planning.dump_plan_table(runs), plan, info, len(plan.runs))
 
 
-def _stored_plan(folder: str | Path) -> tuple[Path, dict[str, Any]]:
+def _stored_plan(folder: str | Path) -> tuple[Path, StoredPlan]:
     from ampcert.results import ResultsDir
 
     root = Path(folder)
@@ -83,7 +84,8 @@ def plan_resume(folder: str | Path) -> PlannedRuns:
         runs = sharding.shard_runs(stored)
         # What the resume itself checks before it writes (pending_runs): a dry run says it too.
         check_path_limits(root, [r.run_id for r in runs], "--resume")
-        return PlannedRuns(planning.dump_plan_table(runs), None, stored.get("shard"), len(stored["runs"]))
+        shard = stored.shard.model_dump(mode="json", exclude_unset=True) if stored.shard else None
+        return PlannedRuns(planning.dump_plan_table(runs), None, shard, len(stored.runs))
 
 
 def check_key(sign_key: str | Path | None) -> None:
@@ -203,20 +205,20 @@ def resume(folder: str | Path, *, retry_failed: bool = False, sign_key: str | Pa
         runs = sharding.shard_runs(stored)
         executor = _open_executor(fleet, root, runs, _stored_slurm(root, stored))
         try:
-            return _execute(root, runs, executor, rules=stored.get("certify"), shard=stored.get("shard"),
-                            planned=len(stored["runs"]), retry_failed=retry_failed, sign_key=sign_key,
-                            on_event=on_event, fleet=fleet)
+            shard = stored.shard.model_dump(mode="json", exclude_unset=True) if stored.shard else None
+            return _execute(root, runs, executor, rules=stored.certify, shard=shard, planned=len(stored.runs),
+                            retry_failed=retry_failed, sign_key=sign_key, on_event=on_event, fleet=fleet)
         finally:
             executor.close()
 
 
-def _stored_slurm(root: Path, stored: dict[str, Any]) -> SlurmOptions:
+def _stored_slurm(root: Path, stored: StoredPlan) -> SlurmOptions:
     from pydantic import ValidationError
 
     from ampcert.spec import SlurmOptions
 
     try:
-        return SlurmOptions.model_validate(stored.get("slurm") or {})
+        return SlurmOptions.model_validate(stored.slurm or {})
     except ValidationError as exc:
         raise UserError(f"{root / 'plan.json'}: slurm: {exc.errors()[0]['msg']}") from None
 

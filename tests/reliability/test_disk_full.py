@@ -90,7 +90,7 @@ def built(tmp_path_factory) -> Built:
     failed = run_cli("run", suite, "--out", out, "--sign-key", key, env=env)
     left = snapshot(out)
     resumed = warm_cli("run", "--resume", out, "--sign-key", key)
-    run_ids = tuple(r.run_id for r in ResultsDir(out).read_plan()["runs"])
+    run_ids = tuple(r.run_id for r in ResultsDir(out).read_plan().runs)
     return Built(out, key, run_ids, failed, left, resumed)  # type: ignore[arg-type]
 
 

@@ -262,7 +262,7 @@ def test_three_shards_merge_into_the_unsharded_results(tmp_path, write_suite, mo
         assert code == 0, output[-3000:]
         assert "join the shards' folders with `ampcert merge" in output
         plan = ResultsDir(d).read_plan()
-        assert len(plan["runs"]) == 3 and plan["shard"]["index"] == i and plan["shard"]["count"] == 3
+        assert len(plan.runs) == 3 and plan.shard is not None and (plan.shard.index, plan.shard.count) == (i, 3)
         assert len(load(d).runs) == 1 and not (d / "verdicts.json").exists()  # certified once merged
 
     merged = tmp_path / "merged"
@@ -274,7 +274,7 @@ def test_three_shards_merge_into_the_unsharded_results(tmp_path, write_suite, mo
     assert merged_rs.missing == [] and len(merged_rs.runs) == 3
     assert _verdicts(merged) == _verdicts(full) and _verdicts(merged)[-1] == ("certificate", "PASS")
     plan = ResultsDir(merged).read_plan()
-    assert "shard" not in plan and [m["shard"]["index"] for m in plan["merged_from"]] == [1, 2, 3]
+    assert plan.shard is None and [m["shard"]["index"] for m in (plan.model_extra or {})["merged_from"]] == [1, 2, 3]
     assert (merged / "report.json").exists() and (merged / "report.html").exists()
     # the merged folder is an ordinary results folder: certify (re-renders the report) and sign
     assert run_cli("certify", merged).returncode == 0

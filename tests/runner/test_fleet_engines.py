@@ -214,7 +214,7 @@ from ampcert.errors import UserError
 from ampcert.results import ResultsDir
 from ampcert.runner.ray_executor import RayExecutor
 from pathlib import Path
-spec = ResultsDir(Path({str(folder)!r})).read_plan()["runs"][0].model_copy(update={{"device": "cuda"}})
+spec = ResultsDir(Path({str(folder)!r})).read_plan().runs[0].model_copy(update={{"device": "cuda"}})
 executor = RayExecutor({ray_cluster!r})
 try:
     executor.check([spec], 1)

@@ -119,8 +119,8 @@ def test_running_then_resume_redoes_only_the_interrupted_run(tmp_path, suite, ho
     out = tmp_path / "out"
     assert_interrupted(proc, how, Path("out"))
     rd = ResultsDir(out)
-    assert len(rd.read_plan()["runs"]) == 2 and no_temp_files(out)
-    assert all(rd.read_result(r.run_id) is None for r in rd.read_plan()["runs"])  # the first run was stopped
+    assert len(rd.read_plan().runs) == 2 and no_temp_files(out)
+    assert all(rd.read_result(r.run_id) is None for r in rd.read_plan().runs)  # the first run was stopped
     resumed = subprocess.run([sys.executable, "-m", "ampcert", "run", "--resume", out], cwd=tmp_path,
                              env=cli_env(), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
@@ -133,7 +133,7 @@ def test_finishing_keeps_every_result(tmp_path, suite, how):
     out = tmp_path / "out"
     assert_interrupted(proc, how, Path("out"))
     rd = ResultsDir(out)
-    runs = rd.read_plan()["runs"]
+    runs = rd.read_plan().runs
     stored = {r.run_id: rd.result_file(r.run_id).read_bytes() for r in runs}
     assert all(rd.read_result(r.run_id) is not None for r in runs) and no_temp_files(out)
     resumed = subprocess.run([sys.executable, "-m", "ampcert", "run", "--resume", out], cwd=tmp_path,
