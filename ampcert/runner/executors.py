@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ampcert.errors import UserError
+from ampcert.errors import BadArgument, UserError
 from ampcert.runner.fleet import EXECUTORS, Executor
 from ampcert.spec import SlurmOptions
 
@@ -43,25 +43,27 @@ class FleetOptions:
         return self.executor == "local"
 
     def check(self) -> None:
-        """The options alone, before anything is planned (one line each)."""
+        """The options alone, before anything is planned: one line each, naming the
+        option as this class (and the session API) spells it; the CLI names its flag."""
         if self.executor not in EXECUTORS:
-            raise UserError(f"--executor {self.executor}: expected one of {', '.join(EXECUTORS)}")
+            raise BadArgument("executor", f"expected one of {', '.join(EXECUTORS)}", self.executor)
         if self.address is not None and self.executor != "ray":
-            raise UserError("--address goes with --executor ray")
-        slurm_given = [n for n, v in (("--partition", self.partition), ("--account", self.account),
-                                      ("--time-min", self.time_min), ("--slurm-local", self.slurm_local or None))
+            raise BadArgument("address", "only with the ray executor")
+        slurm_given = [n for n, v in (("partition", self.partition), ("account", self.account),
+                                      ("time_min", self.time_min), ("slurm_local", self.slurm_local or None))
                        if v is not None]
         if slurm_given and self.executor != "slurm":
-            raise UserError(f"{slurm_given[0]} goes with --executor slurm")
+            raise BadArgument(slurm_given[0], "only with the slurm executor")
         if self.local and (self.retries is not None or self.cpus_per_run is not None):
-            raise UserError("--retries and --cpus-per-run go with --executor ray or slurm "
-                            "(a local run is never lost by a cluster, so never retried)")
+            raise BadArgument("retries" if self.retries is not None else "cpus_per_run",
+                              "only with the ray or slurm executor (a local run is never lost by a cluster, "
+                              "so never retried)")
         if self.retries is not None and self.retries < 0:
-            raise UserError(f"--retries {self.retries}: expected 0 or more")
+            raise BadArgument("retries", "expected 0 or more", self.retries)
         if self.cpus_per_run is not None and self.cpus_per_run < 1:
-            raise UserError(f"--cpus-per-run {self.cpus_per_run}: expected 1 or more")
+            raise BadArgument("cpus_per_run", "expected 1 or more", self.cpus_per_run)
         if self.time_min is not None and self.time_min < 1:
-            raise UserError(f"--time-min {self.time_min}: expected 1 or more minutes")
+            raise BadArgument("time_min", "expected 1 or more minutes", self.time_min)
 
     @property
     def run_retries(self) -> int:

@@ -30,6 +30,16 @@ def check_choice(param: str, value: str | None, choices: Sequence[str], *, optio
     raise BadArgument(param, f"expected {' or '.join(choices)}, got {value!r}")
 
 
+def _op_policy(policy: str | None, **where: str) -> Any:
+    """The policy to audit (a file, or the shipped one for the device or framework)."""
+    from ampcert.spec import load_op_policy
+
+    try:
+        return load_op_policy(policy, "policy", **where)
+    except UserError as exc:
+        raise BadArgument("policy", str(exc).removeprefix("policy: ")) from None
+
+
 def require_cuda(torch: Any, device: str) -> None:
     if device == "cuda" and not torch.cuda.is_available():
         raise BadArgument("device", "torch sees no CUDA device", "cuda")
@@ -101,10 +111,8 @@ def audit_torch(device: str = "cpu", policy: str | None = None, dtype: str | Non
         from ampcert.amp.audit import audit_torch as run_audit
         from ampcert.amp.policy import POLICY_DIR
         from ampcert.amp.precision import dtype_name
-        from ampcert.spec import load_op_policy
-
         require_cuda(torch, device)
-        op_policy = load_op_policy(policy, "--policy", device)
+        op_policy = _op_policy(policy, device=device)
         low = getattr(torch, dtype_name(dtype)) if dtype else None
         rows = run_audit(device, op_policy, low) + audit_modules(device, low)
         shipped = op_policy.source is not None and Path(op_policy.source).parent == POLICY_DIR
@@ -125,10 +133,9 @@ def audit_jax(policy: str | None = None, dtype: str | None = None) -> JaxAudit:
         from ampcert.amp.jax.audit import audit_jax as run_audit
         from ampcert.amp.jax.audit import audit_regions
         from ampcert.amp.precision import dtype_name
-        from ampcert.spec import load_op_policy
 
         low = jnp.dtype(dtype_name(dtype or "bf16"))
-        op_policy = load_op_policy(policy, "--policy", framework="jax")
+        op_policy = _op_policy(policy, framework="jax")
         rows = run_audit(op_policy, low, extra_ops=("tanh", "logistic", "reduce_max", "add", "mul"))
         return JaxAudit(jax.__version__, jax.default_backend(), op_policy, rows,
                         regions=audit_regions(op_policy, low))
