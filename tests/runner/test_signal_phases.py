@@ -95,7 +95,10 @@ def no_temp_files(folder: Path) -> bool:
     return not [p for p in folder.rglob(".*.tmp")]
 
 
-HOWS = ["group-sigint", "self-sigterm"]
+# Both ways (a terminal's Ctrl-C to the group, `kill PID` to ampcert alone) where the
+# bug was (finishing); one way, alternating, in the other phases: each invocation costs
+# a torch import and a run, and the policy is one handler for all three signals.
+BOTH = ["group-sigint", "self-sigterm"]
 
 
 @pytest.fixture
@@ -105,14 +108,14 @@ def suite(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("how", ["self-sigterm"])
 def test_planning(tmp_path, suite, how):
     proc = signalled_cli(tmp_path, "ampcert.backends.capability:probe", how, "run", suite, "--out", "out")
     assert_interrupted(proc, how, None)
     assert not (tmp_path / "out").exists()  # nothing written before the plan
 
 
-@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("how", ["group-sigint"])
 def test_running_then_resume_redoes_only_the_interrupted_run(tmp_path, suite, how):
     proc = signalled_cli(tmp_path, "ampcert.runner.local_executor:WorkerRun.__init__+", how,
                          "run", suite, "--out", "out")
@@ -127,7 +130,7 @@ def test_running_then_resume_redoes_only_the_interrupted_run(tmp_path, suite, ho
     assert (out / "report.json").exists()
 
 
-@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("how", BOTH)
 def test_finishing_keeps_every_result(tmp_path, suite, how):
     proc = signalled_cli(tmp_path, "ampcert.report.render:write", how, "run", suite, "--out", "out")
     out = tmp_path / "out"
@@ -143,7 +146,7 @@ def test_finishing_keeps_every_result(tmp_path, suite, how):
     assert (out / "report.json").exists() and (out / "report.html").exists()
 
 
-@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("how", ["group-sigint"])
 def test_signing(tmp_path, suite, how):
     key = tmp_path / "k.key"
     assert subprocess.run([sys.executable, "-m", "ampcert", "keygen", key], env=cli_env(), cwd=tmp_path,
@@ -159,7 +162,7 @@ def test_signing(tmp_path, suite, how):
     assert not (out / "report.dsse.json").exists() and no_temp_files(out) and not (out / ".lock").exists()
 
 
-@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("how", ["self-sigterm"])
 def test_printing_and_exiting(tmp_path, suite, how):
     """After the session returned: while the CLI prints what it returned, and once the exit
     code is known (the interpreter's teardown is left), a signal still gives the one line."""
