@@ -14,6 +14,8 @@ from factories import completed, plan
 from ampcert.certify import evaluate, load_rules
 from ampcert.results import CompileStats
 
+pytestmark = pytest.mark.slow  # a minute-long fixture or several real runs: scheduled first (conftest)
+
 SUITE = """\
 name: compiled
 amp: ampcert

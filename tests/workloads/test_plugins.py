@@ -12,6 +12,8 @@ import textwrap
 import pytest
 from conftest import REPO, cli_env
 
+pytestmark = pytest.mark.slow  # a minute-long fixture or several real runs: scheduled first (conftest)
+
 EXAMPLE = REPO / "examples" / "custom_workload"
 
 
