@@ -17,6 +17,7 @@ from ampcert.errors import BadArgument, UserError
 from ampcert.runner.signals import interruptible
 
 if TYPE_CHECKING:
+    from ampcert.backends.torch_fp8 import Screen
     from ampcert.certify.compliance import ComplianceRules, Violation
 
 DEVICES = ("cpu", "cuda")
@@ -143,10 +144,9 @@ def audit_jax(policy: str | None = None, dtype: str | None = None) -> JaxAudit:
 
 def screen_fp8(workload: str, params: str | None = None, precision: str = "fp8", recipe: str = "tensorwise",
                steps: int = 3, include: Sequence[str] = (), exclude: Sequence[str] = (), first_last: bool = False,
-               device: str = "cpu", seed: int = 0) -> Any:
+               device: str = "cpu", seed: int = 0) -> Screen:
     """The per-layer FP8 eligibility map of a workload's model (``ampcert screen``):
-    a few training steps with the policy's layers in FP8, every Linear layer measured.
-    Returns :class:`ampcert.amp.fp8_screen.Screen`-like data from the torch backend."""
+    a few training steps with the policy's layers in FP8, every Linear layer measured."""
     check_choice("precision", precision, ("fp8", "mxfp8"))
     check_choice("device", device, DEVICES)
     if steps < 1:
