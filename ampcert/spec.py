@@ -34,7 +34,7 @@ Backend = Literal["torch", "jax"]
 # (fp16 on most CPUs): run it anyway, cap its steps, or skip it. Every choice
 # is recorded in the run result; none is silent.
 Unaccelerated = Literal["run", "cap", "skip"]
-# How a run's worker starts: one process (forked from the orchestrator's
+# How a run's worker starts: one process (forked from ampcert's
 # forkserver), or data-parallel ranks through torch.distributed.run.
 Launcher = Literal["process", "torchrun"]
 

@@ -1,6 +1,6 @@
 """Live progress in the terminal: runs done/total, the runs under way, their steps, ETA.
 
-Fed by the orchestrator's events (or a fleet's: several runs at once, on
+Fed by the driver's events (or a fleet's: several runs at once, on
 several nodes); on a terminal it draws rich progress bars, and it always
 prints one line per finished run and per retried one (what CI logs keep).
 """

@@ -1,5 +1,5 @@
-"""Is a process still there, and which signals stop one? Shared by the orchestrator,
-its workers and torchrun ranks."""
+"""Is a process still there, and which signals stop one? Shared by ampcert (the supervising
+process), its workers and torchrun ranks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import signal
 from pathlib import Path
 
-# The signals of the one stop policy (signals.interruptible): the orchestrator
+# The signals of the one stop policy (signals.interruptible): ampcert
 # handles them, its helper processes start with them blocked, workers unblock them.
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 

@@ -6,7 +6,7 @@ a result becomes a failed RunResult with the reason. torchrun is started in
 a process group of its own; its ranks live in sessions of their own (torchrun
 puts them there), so they write their pids into a private channel folder and
 are killed by pid, and each rank also exits when its torchrun agent or the
-orchestrator dies. Everything torchrun and the ranks print goes to
+ampcert dies. Everything torchrun and the ranks print goes to
 ``runs/<run_id>/launcher.log``; rank 0 reports progress through the channel.
 """
 

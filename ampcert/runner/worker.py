@@ -3,7 +3,8 @@
 Everything that can go wrong inside a run (an exception in the workload, a
 non-finite loss) ends here as a failed RunResult with the reason; what kills
 the process outright (a signal, the out-of-memory killer, a timeout) is
-recorded by the orchestrator, which sees the exit code and no result file.
+recorded by the local executor in the ampcert process, which sees the exit
+code and no result file.
 """
 
 from __future__ import annotations
@@ -30,14 +31,14 @@ def now_iso() -> str:
 
 
 def exit_with(pid: int, interval_s: float = 0.2) -> None:
-    """End this process when process ``pid`` (its orchestrator) dies.
+    """End this process when process ``pid`` (ampcert) dies.
 
-    Only the orchestrator enforces a run's timeout and owns the results
-    folder's lock: a worker that outlived it (the orchestrator SIGKILLed, or
+    Only ampcert (its local executor) enforces a run's timeout and owns the results
+    folder's lock: a worker that outlived it (ampcert SIGKILLed, or
     killed by the out-of-memory killer) would train on unwatched, hang
     forever if it hangs, hold its memory and write into a folder that a
     resumed invocation is writing too. The worker's parent is the forkserver,
-    not the orchestrator, so the kernel's parent-death signal cannot help."""
+    not ampcert, so the kernel's parent-death signal cannot help."""
     from ampcert.runner.procs import alive as _alive
     from ampcert.runner.procs import proc_stat as _proc_stat
 
@@ -87,7 +88,7 @@ def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None =
     compact failed result says so (``cannot write .../result.json: ...``;
     ``--resume --retry-failed`` redoes the run); where not even that can be,
     the result is returned unstored and nothing is printed (a traceback here
-    would be a second, noisier message): the orchestrator finds no result and
+    would be a second, noisier message): the local executor finds no result and
     records the failure itself, or, on a disk still full, stops with that same
     one line (exit 1), and ``--resume`` redoes the run once there is space."""
     entered = time.time()
@@ -183,10 +184,10 @@ def process_main(spec_json: str, root: str, queue, spawned_at: float, orchestrat
     """Entry point of a worker process (see orchestrator)."""
     # The worker's side of the signal policy (see signals.interruptible).
     # SIGINT is ignored: a terminal's Ctrl-C reaches the whole process group, and
-    # stopping the run is the orchestrator's job (a KeyboardInterrupt here would
+    # stopping the run is the local executor's job (a KeyboardInterrupt here would
     # only print a traceback). SIGTERM and SIGHUP keep what the worker inherited
     # (they end it, or stay ignored under nohup), so a worker can still be
-    # stopped on its own, which the orchestrator records as a failed run. The
+    # stopped on its own, which the local executor records as a failed run. The
     # worker began with all three blocked (its forkserver was started so), so
     # none could land before this; one pending since is delivered on unblocking.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
