@@ -73,18 +73,11 @@ def chromium() -> str | None:
 
 def pytest_collection_modifyitems(config, items):
     """`gpu` tests run where CUDA is (nox -s gpu), `browser` tests where Chromium
-    is installed (nox -s browser); elsewhere they are skipped, visibly. Files with
-    `slow` tests run first."""
+    is installed (nox -s browser); elsewhere they are skipped, visibly."""
     try:
         import torch
     except ImportError:  # a torch-free JAX environment (nox -s jax_current): no CUDA through torch
         torch = None
-
-    # Files with a slow test go first, in their order: pytest-xdist (`--dist loadfile`)
-    # hands files out in collection order, and a minute-long file handed out last keeps
-    # one worker busy while the other idles. The order is the same on every worker.
-    slow_files = {item.path for item in items if "slow" in item.keywords}
-    items.sort(key=lambda item: item.path not in slow_files)
 
     no_gpu = torch is None or not torch.cuda.is_available()
     no_browser = chromium() is None

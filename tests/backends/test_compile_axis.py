@@ -14,8 +14,6 @@ from factories import completed, plan
 from ampcert.certify import evaluate, load_rules
 from ampcert.results import CompileStats
 
-pytestmark = pytest.mark.slow  # a minute-long fixture or several real runs: scheduled first (conftest)
-
 SUITE = """\
 name: compiled
 amp: ampcert

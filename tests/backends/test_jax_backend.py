@@ -11,8 +11,6 @@ pytest.importorskip("jax")
 
 from conftest import run_cli  # noqa: E402
 
-pytestmark = pytest.mark.slow  # a minute-long fixture or several real runs: scheduled first (conftest)
-
 TORCH_INSTALLED = importlib.util.find_spec("torch") is not None
 
 

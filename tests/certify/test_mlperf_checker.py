@@ -15,8 +15,6 @@ from conftest import assert_one_line_error, run_cli
 from ampcert import mllog
 from ampcert.certify.mlperf import check_common
 
-pytestmark = pytest.mark.slow  # a minute-long fixture or several real runs: scheduled first (conftest)
-
 WORKLOADS = ["digits", "resnet", "gpt", "underflow", "overflow"]
 PRECISIONS = ["fp32", "bf16", "fp16"]
 SUITE = """\

@@ -29,8 +29,6 @@ from ampcert.cli.options import JSON_DASH_DEPRECATED, JSON_FILE_DEPRECATED, lega
 from ampcert.console import Col, Output, fit_widths, plain_lines, print_table, vertical_lines
 from ampcert.errors import BadArgument
 
-pytestmark = pytest.mark.slow  # a minute-long fixture or several real runs: scheduled first (conftest)
-
 SUITE = """\
 name: cli-output
 amp: native

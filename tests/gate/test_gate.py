@@ -30,8 +30,6 @@ from conftest import assert_one_line_error, cli_env, run_cli
 from ampcert import gate, plan, results
 from ampcert.errors import UserError
 
-pytestmark = pytest.mark.slow  # a minute-long fixture or several real runs: scheduled first (conftest)
-
 RULES = """\
 name: gate-test
 rules:

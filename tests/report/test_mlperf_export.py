@@ -16,8 +16,6 @@ from factories import completed, plan
 from ampcert.certify.mlperf import check_system_description
 from ampcert.report.mlperf_export import NOT_RECORDED, system_description, system_id
 
-pytestmark = pytest.mark.slow  # a minute-long fixture or several real runs: scheduled first (conftest)
-
 SUITE = """\
 name: export
 amp: ampcert

@@ -25,8 +25,6 @@ from conftest import cli_env
 
 from ampcert.results import ResultsDir
 
-pytestmark = pytest.mark.slow  # a minute-long fixture or several real runs: scheduled first (conftest)
-
 SIGNAL_AT = textwrap.dedent("""\
     import importlib, os, signal, sys
 

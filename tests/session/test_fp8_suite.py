@@ -9,8 +9,6 @@ import json
 import pytest
 from conftest import REPO, assert_one_line_error, run_cli
 
-pytestmark = pytest.mark.slow  # a minute-long fixture or several real runs: scheduled first (conftest)
-
 pytest.importorskip("torch")
 
 

@@ -12,8 +12,6 @@ import textwrap
 import pytest
 from conftest import REPO, cli_env
 
-pytestmark = pytest.mark.slow  # a minute-long fixture or several real runs: scheduled first (conftest)
-
 EXAMPLE = REPO / "examples" / "custom_workload"
 
 
