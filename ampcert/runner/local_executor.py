@@ -31,7 +31,7 @@ from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any, Protocol
 
-from ampcert.results import FailureKind, ResultsDir, RunResult, atomic_write_json
+from ampcert.results import ResultsDir, RunResult
 from ampcert.runner import signals
 from ampcert.runner.procs import STOP_SIGNALS
 from ampcert.spec import RunSpec, missing_framework, require_backend
@@ -184,21 +184,15 @@ class WorkerRun:
         return False
 
     def finish(self) -> RunResult:
-        from ampcert.runner.worker import now_iso
+        from ampcert.runner.worker import record_unfinished
 
         self.process.join()
         self._release()
         result = self.rd.read_result(self.spec.run_id)
         if result is None or self.timed_out:
-            spec = self.spec
-            result = RunResult(
-                run_id=spec.run_id, spec=spec, status="failed",
-                reason=_failure_reason(self.process.exitcode, self.timed_out, spec.timeout_s),
-                failure=FailureKind.TIMEOUT if self.timed_out else FailureKind.WORKER_LOST,
-                started_at=self.started_at, finished_at=now_iso(), wall_s=time.time() - self.spawned,
-                accelerated=spec.accelerated, capability_note=spec.capability_note,
-            )
-            atomic_write_json(self.rd.result_file(spec.run_id), result)
+            result = record_unfinished(
+                self.rd, self.spec, _failure_reason(self.process.exitcode, self.timed_out, self.spec.timeout_s),
+                timed_out=self.timed_out, started_at=self.started_at, spawned=self.spawned)
         return result
 
     def stop(self) -> None:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ampcert.results import FailureKind, ResultsDir, RunResult, atomic_write_json
+from ampcert.results import ResultsDir, RunResult
 from ampcert.spec import RunSpec
 
 LOG_NAME = "launcher.log"
@@ -223,7 +223,7 @@ class TorchrunRun:
             shutil.rmtree(self.channel, ignore_errors=True)
 
     def finish(self) -> RunResult:
-        from ampcert.runner.worker import now_iso
+        from ampcert.runner.worker import now_iso, record_unfinished
 
         self._proc.wait()
         self._close_channel()
@@ -238,12 +238,7 @@ class TorchrunRun:
                 accelerated=spec.accelerated, capability_note=spec.capability_note,
             )
         if result is None or self.timed_out:
-            result = RunResult(
-                run_id=spec.run_id, spec=spec, status="failed",
-                reason=failure_reason(self._proc.returncode, self.timed_out, spec.timeout_s, self.log_path),
-                failure=FailureKind.TIMEOUT if self.timed_out else FailureKind.WORKER_LOST,
-                started_at=self.started_at, finished_at=now_iso(), wall_s=time.time() - self.spawned,
-                accelerated=spec.accelerated, capability_note=spec.capability_note,
-            )
-            atomic_write_json(rd.result_file(spec.run_id), result)
+            result = record_unfinished(
+                rd, spec, failure_reason(self._proc.returncode, self.timed_out, spec.timeout_s, self.log_path),
+                timed_out=self.timed_out, started_at=self.started_at, spawned=self.spawned)
         return result

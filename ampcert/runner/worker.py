@@ -30,6 +30,21 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def record_unfinished(rd: ResultsDir, spec: RunSpec, reason: str, *, timed_out: bool, started_at: str,
+                      spawned: float) -> RunResult:
+    """Store the failed result of a run whose process ended without writing a trusted
+    one (killed, crashed, or past its timeout): a worker's or torchrun's, seen from
+    the local executor."""
+    result = RunResult(
+        run_id=spec.run_id, spec=spec, status="failed", reason=reason,
+        failure=FailureKind.TIMEOUT if timed_out else FailureKind.WORKER_LOST,
+        started_at=started_at, finished_at=now_iso(), wall_s=time.time() - spawned,
+        accelerated=spec.accelerated, capability_note=spec.capability_note,
+    )
+    atomic_write_json(rd.result_file(spec.run_id), result)
+    return result
+
+
 def exit_with(pid: int, interval_s: float = 0.2) -> None:
     """End this process when process ``pid`` (ampcert) dies.
 
