@@ -50,7 +50,6 @@ from ampcert.gate.output import (
     table_rows,
     tests_used,
     to_markdown,
-    write_outputs,
 )
 from ampcert.gate.result import (
     GateResult,
@@ -89,5 +88,5 @@ __all__ = [
     "VerdictChange", "VerdictGate", "as_subject", "bootstrap_medians", "change", "collect_samples", "compare",
     "compare_failures", "compare_metric", "compare_verdicts", "describe", "fmt_change", "fmt_threshold",
     "fmt_value", "group_runs", "is_replicate", "load_gate", "load_source", "mannwhitney_p", "match_subjects",
-    "subject_key", "table_rows", "tests_used", "to_markdown", "write_outputs",
+    "subject_key", "table_rows", "tests_used", "to_markdown",
 ]

@@ -2,18 +2,15 @@
 
 :func:`table_rows` turns each comparison into strings under :data:`COLUMNS`
 (the CLI prints them as a terminal table, :func:`to_markdown` as a CI job
-summary with :data:`HEADERS`); :func:`write_outputs` writes the JSON result and
-the Markdown. The number formats live here too, since the rows' summaries in
-the result use the same ones as the table.
+summary with :data:`HEADERS`; ``ampcert.session.compare`` writes the files).
+The number formats live here too, since the rows' summaries in the result use
+the same ones as the table.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from pathlib import Path
 
-from ampcert.errors import UserError
 from ampcert.gate.result import GateResult
 from ampcert.vocabulary import Status
 
@@ -121,22 +118,3 @@ def to_markdown(result: GateResult) -> str:
     if result.notes:
         lines += ["", "Notes:", ""] + [f"- {esc(n)}" for n in result.notes]
     return "\n".join(lines) + "\n"
-
-
-def write_outputs(result: GateResult, json_path: Path | None, markdown_path: Path | None,
-                  write: Callable[[Path, str], None] | None = None) -> list[Path]:
-    """Write the JSON result and/or the Markdown summary (atomically)."""
-    from ampcert.results import atomic_write_text
-
-    write = write or atomic_write_text
-    written = []
-    for path, text in ((json_path, result.model_dump_json(indent=1) + "\n"),
-                       (markdown_path, to_markdown(result) if markdown_path else "")):
-        if path is None:
-            continue
-        try:
-            write(Path(path), text)
-        except OSError as exc:
-            raise UserError(f"{path}: cannot write ({type(exc).__name__}: {exc.strerror or exc})") from None
-        written.append(Path(path))
-    return written
