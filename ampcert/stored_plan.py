@@ -56,6 +56,10 @@ class StoredPlan(BaseModel):
         mine = set(self.shard.run_ids or [])
         return [r for r in self.runs if r.run_id in mine]
 
+    def shard_json(self) -> dict[str, Any] | None:
+        """The ``shard`` entry as stored (None for a whole suite's folder)."""
+        return self.shard.model_dump(mode="json", exclude_unset=True) if self.shard else None
+
     def to_json(self) -> dict[str, Any]:
         """The JSON object plan.json holds: the fields that were set, in their order (each
         run whole), then any others as they were read."""
@@ -66,8 +70,8 @@ class StoredPlan(BaseModel):
             value = getattr(self, name)
             if name == "runs":
                 out[name] = [r.model_dump(mode="json") for r in self.runs]
-            elif isinstance(value, BaseModel):
-                out[name] = value.model_dump(mode="json", exclude_unset=True)
+            elif name == "shard":
+                out[name] = self.shard_json()
             else:
                 out[name] = value
         return {**out, **(self.model_extra or {})}

@@ -84,8 +84,7 @@ def plan_resume(folder: str | Path) -> PlannedRuns:
         runs = sharding.shard_runs(stored)
         # What the resume itself checks before it writes (pending_runs): a dry run says it too.
         check_path_limits(root, [r.run_id for r in runs], "--resume")
-        shard = stored.shard.model_dump(mode="json", exclude_unset=True) if stored.shard else None
-        return PlannedRuns(planning.dump_plan_table(runs), None, shard, len(stored.runs))
+        return PlannedRuns(planning.dump_plan_table(runs), None, stored.shard_json(), len(stored.runs))
 
 
 def check_key(sign_key: str | Path | None) -> None:
@@ -205,9 +204,9 @@ def resume(folder: str | Path, *, retry_failed: bool = False, sign_key: str | Pa
         runs = sharding.shard_runs(stored)
         executor = _open_executor(fleet, root, runs, _stored_slurm(root, stored))
         try:
-            shard = stored.shard.model_dump(mode="json", exclude_unset=True) if stored.shard else None
-            return _execute(root, runs, executor, rules=stored.certify, shard=shard, planned=len(stored.runs),
-                            retry_failed=retry_failed, sign_key=sign_key, on_event=on_event, fleet=fleet)
+            return _execute(root, runs, executor, rules=stored.certify, shard=stored.shard_json(),
+                            planned=len(stored.runs), retry_failed=retry_failed, sign_key=sign_key,
+                            on_event=on_event, fleet=fleet)
         finally:
             executor.close()
 
