@@ -20,7 +20,9 @@ it is made from the same framework-free preparation as the torch task (same
 initial weights, bit for bit, same data and optimizer settings), and batches
 are drawn by :func:`ampcert.backends.loop.index_batches` and augmented from
 :mod:`ampcert.workloads.rng`, as in the torch backend, so a JAX run and a
-torch run of one seed see the same examples in the same order. Nothing here
+torch run of one seed see the same examples in the same order. A task that
+streams (``train_data``: an iterable of numpy (x, y) batches) is drawn from
+instead, epoch after epoch (:class:`ampcert.backends.loop.BatchStream`). Nothing here
 imports torch. The learning rate of step k is ``base_lr * lr_lambda(k - 1)``,
 torch LambdaLR's, including on skipped steps (LambdaLR advances on every
 step).
@@ -46,6 +48,7 @@ from ampcert import mllog
 from ampcert.amp.precision import LOW_PRECISIONS, dtype_name
 from ampcert.backends import jax_precision, loop
 from ampcert.backends.contract import NonFiniteLoss, TrainOutcome, Unsupported
+from ampcert.resources import shipped_label
 from ampcert.results import EvalPoint, Measured
 from ampcert.spec import RunSpec
 
@@ -116,7 +119,9 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     params = jax.device_put(task.params, jdev)
     state = jax.device_put(task.state, jdev)
     opt_state = task.optimizer.init(params)
-    train_x, train_y = np.asarray(task.train_x), np.asarray(task.train_y)
+    stream = loop.train_stream(task)  # None: in memory, drawn by index
+    if stream is None:
+        train_x, train_y = np.asarray(task.train_x), np.asarray(task.train_y)
     eval_x, eval_y = np.asarray(task.eval_x), np.asarray(task.eval_y)
     build_s = time.perf_counter() - t_build
 
@@ -129,13 +134,14 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         loss_of = autocast(loss_of, policy, low)
         predict_fn = autocast(predict_fn, policy, low)
         amp_policy = {"name": policy.name, "sha256": policy.sha256,
-                      "effective_sha256": policy.effective_sha256, "source": str(policy.source)}
+                      "effective_sha256": policy.effective_sha256, "source": shipped_label(policy.source)}
     else:
         amp_policy = {"name": "none (fp32)"}
     scaling = jax_scaling.for_run(spec.precision, spec.loss_scaling)
     guard = scaling.guard
 
     budget = spec.train
+    assert budget is not None, "ampcert trains its own workloads only; a command job trains itself"
     limit = budget.step_limit
     lr_lambda = task.lr_lambda or (lambda _: 1.0)
     lr_table = np.asarray([task.base_lr * lr_lambda(k) for k in range(limit)], np.float32)
@@ -158,14 +164,17 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     step_jit = jax.jit(step_fn, donate_argnums=(0, 1, 2) if device == "cuda" else ())
     predict = jax.jit(predict_fn)
 
-    loop.log_run_config(log, spec, task.batch_size, len(train_x), len(eval_x), amp_policy["name"],
+    n_train = len(train_x) if stream is None else loop.stream_size(task.train_data)
+    loop.log_run_config(log, spec, task.batch_size, n_train, len(eval_x), amp_policy["name"],
                         [("backend", "jax")])
 
     durations: list[float] = []
     losses: list[float] = []
     evals: list[EvalPoint] = []
-    batches = loop.index_batches(len(train_x), task.batch_size, spec.seed)
+    batches = loop.index_batches(len(train_x), task.batch_size, spec.seed) if stream is None else None
     train_s = eval_s = data_s = 0.0
+    trained = 0  # samples trained so far: steps x batch_size, or a stream's batches' lengths
+    step_samples: list[int] | None = None if stream is None else []
     compile_s: float | None = None
     reached: loop.Reached | None = None
 
@@ -175,14 +184,20 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     step = 0
     while step < limit:
         window = min(budget.eval_every, limit - step)
-        log.start(mllog.BLOCK_START, metadata=loop.block_metadata(step + 1, window, step * task.batch_size))
+        log.start(mllog.BLOCK_START, metadata=loop.block_metadata(step + 1, window, trained))
         tel.phase("train")
         window_losses: list[Any] = []
         for _ in range(window):
             step += 1
             t0 = time.perf_counter()
-            idx = next(batches)
-            x, y = train_x[idx], train_y[idx]
+            if batches is not None:
+                idx = next(batches)
+                x, y = train_x[idx], train_y[idx]
+                trained += task.batch_size
+            else:  # streamed: the next batch (waiting for it is data time), as long as it is
+                x, y = (v if isinstance(v, jax.Array) else np.asarray(v) for v in next(stream))
+                step_samples.append(len(x))
+                trained += len(x)
             if task.augment is not None:
                 x, y = task.augment(x, y, step)
             x, y = jnp.asarray(x), jnp.asarray(y)
@@ -203,17 +218,17 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
                 train_s += elapsed
             window_losses.append(loss)
             scaling.observe(scale_state, finite_grads, step)
-        log.end(mllog.BLOCK_STOP, metadata=loop.block_metadata(step - window + 1, window, step * task.batch_size))
+        log.end(mllog.BLOCK_STOP, metadata=loop.block_metadata(step - window + 1, window, trained))
         values = [float(v) for v in window_losses]
         losses.extend(values)
         scaling.check_window([math.isfinite(v) for v in values], step, spec.precision)
 
         tel.phase("eval")
         t_eval = time.perf_counter()
-        log.start(mllog.EVAL_START, metadata=loop.eval_metadata(step, step * task.batch_size))
+        log.start(mllog.EVAL_START, metadata=loop.eval_metadata(step, trained))
         value = float(task.evaluate(functools.partial(_predict_host, predict, params, state), eval_x, eval_y))
         eval_s += time.perf_counter() - t_eval
-        samples = step * task.batch_size
+        samples = trained
         loop.log_eval_value(log, workload.metric, value, step, samples)
         log.end(mllog.EVAL_STOP, metadata=loop.eval_metadata(step, samples))
         evals.append(EvalPoint(step=step, samples=samples, train_time_s=train_s, value=value))
@@ -227,7 +242,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
             reached = loop.Reached(steps=step, samples=samples, time_s=time.perf_counter() - run_start)
             break
 
-    telemetry, series = loop.stop_telemetry(tel, log, step * task.batch_size)
+    telemetry, series = loop.stop_telemetry(tel, log, trained)
     log.end(mllog.RUN_STOP, metadata={"status": "success"})
     flops_per_step = _step_flops(step_jit, params, opt_state, state, scaling.state, lr_table[0], x, y)
     return loop.outcome(
@@ -244,7 +259,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
             "policy_rewrite": loss_of.report(params, state, x, y).as_dict() if policy is not None else None,
         },
         peak_memory=_peak_memory(jdev), weights_sha256=params_digest(params), data_info=task.data_info,
-        lowest_precision=lowest_precision,
+        lowest_precision=lowest_precision, step_samples=step_samples,
     )
 
 

@@ -9,6 +9,7 @@ frameworks' results stop being comparable.
 from __future__ import annotations
 
 import math
+import multiprocessing
 import random
 import resource
 import sys
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ampcert import mllog
-from ampcert.backends.contract import NonFiniteLoss, PhaseTimes, TrainOutcome
+from ampcert.backends.contract import NonFiniteLoss, PhaseTimes, RunFailed, TrainOutcome
 from ampcert.results import CompileStats, EvalPoint, Fp8Stats, LowestPrecision, Measured, StepTimes
 from ampcert.spec import RunSpec
 from ampcert.workloads import rng
@@ -52,6 +53,121 @@ def index_batches(n: int, batch_size: int, seed: int) -> Iterator[np.ndarray]:
         order = gen.permutation(n)
         for i in range(per_epoch):
             yield order[i * batch_size:(i + 1) * batch_size]
+
+
+class BatchStream:
+    """The (x, y) batches of a task's ``train_data`` (a streaming workload),
+    one per ``next()``, epoch after epoch for as long as the loop asks.
+
+    ``train_data`` is either re-iterable (a DataLoader, a list: iterated
+    afresh each epoch) or a callable ``epoch -> iterable`` (called with 0, 1,
+    ...). A one-shot iterator (a generator object) is accepted, and lasts as
+    long as it yields. Each item must be an ``(x, y)`` pair with the batch on
+    the first axis of both; the backend converts and moves it. Anything else
+    fails the run with a one-line :class:`RunFailed`: a source that yields no
+    batch (in its first epoch or a later one), an item that is not such a pair,
+    a one-shot iterator that runs out before the step budget, a DataLoader
+    with worker processes in a process that may not start any (a daemonic
+    one, as ``ampcert run``'s run workers are)."""
+
+    def __init__(self, train_data: Any):
+        self._source = train_data
+        self._iter: Iterator[Any] | None = None
+        self._one_shot = False
+        self.epoch = 0  # the epoch now being drawn, from 0
+        self.drawn = 0  # batches drawn so far, all epochs
+        self._in_epoch = 0
+
+    def _open(self) -> Iterator[Any]:
+        source = self._source
+        if callable(source) and not hasattr(source, "__iter__"):
+            source = source(self.epoch)
+            what = f"train_data({self.epoch}) returned {type(source).__name__},"
+        else:
+            what = f"train_data ({type(source).__name__}) is"
+        workers = getattr(source, "num_workers", 0)
+        if isinstance(workers, int) and workers > 0 and multiprocessing.current_process().daemon:
+            # `ampcert run` trains each run in a daemonic worker process, which may not have children.
+            raise RunFailed(f"train_data: a DataLoader with num_workers={workers} cannot start its worker "
+                            "processes in this run's process (a daemonic one); use num_workers=0")
+        try:
+            it = iter(source)
+        except TypeError:
+            raise RunFailed(f"{what} not an iterable of (x, y) batches") from None
+        if it is source and source is self._source:  # an iterator: it cannot start over
+            self._one_shot = True
+        return it
+
+    def __iter__(self) -> BatchStream:
+        return self
+
+    def __next__(self) -> tuple[Any, Any]:
+        while True:
+            if self._iter is None:
+                self._iter = self._open()
+            try:
+                item = next(self._iter)
+            except StopIteration:
+                if self._in_epoch == 0:
+                    raise RunFailed(
+                        "train_data yielded no batches" if self.drawn == 0 else
+                        f"train_data yielded no batches in epoch {self.epoch} "
+                        f"(after {self.drawn} in the epochs before)") from None
+                if self._one_shot:
+                    raise RunFailed(
+                        f"train_data is a one-shot iterator and ran out after {self.drawn} batches; give a "
+                        "re-iterable (a DataLoader) or a callable epoch -> iterable of batches") from None
+                self.epoch += 1
+                self._iter, self._in_epoch = None, 0
+                continue
+            self.drawn += 1
+            self._in_epoch += 1
+            return self._pair(item)
+
+    def _pair(self, item: Any) -> tuple[Any, Any]:
+        n = self.drawn
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            kind = f"a {type(item).__name__} of {len(item)}" if isinstance(item, (tuple, list)) \
+                else type(item).__name__
+            raise RunFailed(f"train_data: batch {n} ({kind}) is not an (x, y) pair")
+        x, y = item
+        try:
+            nx, ny = len(x), len(y)
+        except TypeError:
+            raise RunFailed(f"train_data: batch {n} is a pair of {type(x).__name__} and {type(y).__name__}, "
+                            "not of arrays with the batch on the first axis") from None
+        if nx != ny:
+            raise RunFailed(f"train_data: batch {n} has {nx} inputs but {ny} labels")
+        if nx == 0:
+            raise RunFailed(f"train_data: batch {n} is empty")
+        return x, y
+
+
+def train_stream(task: Any) -> BatchStream | None:
+    """Where a task's (TorchTask's or JaxTask's) training batches come from:
+    None for arrays in memory (``train_x``, ``train_y``: the backend draws
+    index batches), a :class:`BatchStream` for a ``train_data``. A task with
+    neither, or with both, fails the run with a one-line :class:`RunFailed`."""
+    data = getattr(task, "train_data", None)
+    arrays = [name for name in ("train_x", "train_y") if getattr(task, name, None) is not None]
+    if data is None:
+        if len(arrays) < 2:
+            raise RunFailed("the workload's task has no training data: give train_x and train_y (in memory) "
+                            "or train_data (streamed batches)")
+        return None
+    if arrays:
+        raise RunFailed(f"the workload's task gives {', '.join(arrays)} and train_data: give either "
+                        "train_x and train_y (in memory) or train_data (streamed batches)")
+    return BatchStream(data)
+
+
+def stream_size(train_data: Any) -> int | None:
+    """The number of training examples behind a ``train_data``, where it says
+    (a DataLoader over a sized dataset); None where it does not."""
+    try:
+        return len(train_data.dataset)
+    except (AttributeError, TypeError):
+        return None
 
 
 def step_time_stats(seconds: list[float], method: str) -> StepTimes | None:
@@ -92,6 +208,7 @@ def log_run_config(log: mllog.MLLogger, spec: RunSpec, batch_size: int, n_train:
     context and expert parallelism are 1; micro_batch_size is the batch one
     rank computes per step (the global batch over the world size)."""
     budget = spec.train
+    assert budget is not None, "ampcert trains its own workloads only; a command job trains itself"
     sub = spec.submission
     platform = sub.platform or _platform_fallback(spec.device)
     for key, value in [
@@ -203,7 +320,7 @@ def mfu(achieved_flops: float | None, peak: Measured | None) -> float | None:
 
 def target_reached(spec: RunSpec, reached: Reached | None) -> bool | None:
     """Whether the run met its target; None for a run without one."""
-    return None if spec.train.target is None else reached is not None
+    return None if spec.target is None else reached is not None
 
 
 def host_peak_memory() -> Measured:
@@ -221,7 +338,7 @@ def outcome(spec: RunSpec, workload: Workload, batch_size: int, *, steps: int, l
             determinism: dict[str, Any], environment: dict[str, Any], peak_memory: Measured,
             weights_sha256: str, data_info: dict[str, Any], lowest_precision: LowestPrecision | None,
             compile_s: float | None = None, compile_stats: CompileStats | None = None,
-            fp8: Fp8Stats | None = None) -> TrainOutcome:
+            fp8: Fp8Stats | None = None, step_samples: Sequence[int] | None = None) -> TrainOutcome:
     """A completed run's :class:`TrainOutcome`, derived the same way for both backends.
 
     From the loop's tallies: the losses (a non-finite one as None), the final
@@ -232,19 +349,28 @@ def outcome(spec: RunSpec, workload: Workload, batch_size: int, *, steps: int, l
     times. ``compile_s`` is a first step timed apart from training (JAX's:
     traced, compiled and run): it counts as building, and in the data share's
     denominator, as its batch's data time is in ``data_s``; None where every
-    step is timed as training (torch). The rest is passed through as measured."""
+    step is timed as training (torch). ``step_samples``: each step's batch
+    length where batches are streamed (``train_data``) and may differ; the
+    training samples and the throughput count them (the timed steps are the
+    last ``len(durations)``). None: every step trained ``batch_size``. The rest
+    is passed through as measured."""
     timed_steps = len(durations)
+    if step_samples is None:
+        train_samples, timed_samples = steps * batch_size, timed_steps * batch_size
+    else:
+        train_samples = sum(step_samples)
+        timed_samples = sum(step_samples[len(step_samples) - timed_steps:]) if timed_steps else 0
     achieved = flops_per_step * timed_steps / train_s if flops_per_step and train_s > 0 else None
     loss_scale, skipped = scaling.recorded()
     return TrainOutcome(
-        steps=steps, train_samples=steps * batch_size,
+        steps=steps, train_samples=train_samples,
         metric=workload.metric, higher_is_better=workload.higher_is_better,
-        final_metric=evals[-1].value, target=spec.train.target,
+        final_metric=evals[-1].value, target=spec.target,
         target_reached=target_reached(spec, reached),
         steps_to_target=reached.steps if reached else None,
         samples_to_target=reached.samples if reached else None,
         time_to_target_s=reached.time_s if reached else None,
-        samples_per_s=(timed_steps * batch_size) / train_s if train_s > 0 else None,
+        samples_per_s=timed_samples / train_s if train_s > 0 else None,
         flops_per_step=flops_per_step, achieved_flops=achieved, mfu=mfu(achieved, peak), peak_flops=peak,
         data_time_s=data_s,
         data_share=data_s / (train_s + (compile_s or 0.0)) if train_s > 0 else None,

@@ -14,7 +14,10 @@ host sync every step.
 
 Batches are drawn by :func:`ampcert.backends.loop.index_batches` (numpy),
 as in the JAX backend, so a torch run and a JAX run of one seed train on the
-same examples in the same order.
+same examples in the same order. A task that streams (``train_data``, a
+DataLoader or any iterable of (x, y) batches) is drawn from instead
+(:class:`ampcert.backends.loop.BatchStream`), epoch after epoch: waiting for
+a batch is data time, and the samples counted are the batches' lengths.
 """
 
 from __future__ import annotations
@@ -37,9 +40,11 @@ from ampcert.backends.contract import (  # noqa: F401 - RunFailed: part of this 
     NonFiniteLoss,
     RunFailed,
     TrainOutcome,
+    Unsupported,
 )
 from ampcert.backends.loop import step_times_ms
 from ampcert.backends.torch_compile import CompiledStep
+from ampcert.resources import shipped_label
 from ampcert.results import EvalPoint, Fp8Stats, Measured
 from ampcert.spec import RunSpec
 from ampcert.telemetry import Telemetry, ensure_pci_bus_order, torch_cuda_gpu_ref, torch_cuda_memory
@@ -170,7 +175,7 @@ def make_amp(spec: RunSpec) -> Amp:
         lambda: autocast(spec.device, dtype=dtype, policy=policy),
         AmpcertLossScaler(spec.device) if use_scaler else NoLossScaler(),
         {"name": policy.name, "sha256": policy.sha256, "effective_sha256": policy.effective_sha256,
-         "source": str(policy.source)},
+         "source": shipped_label(policy.source)},
     )
 
 
@@ -262,13 +267,21 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     t_build = time.perf_counter()
     task = workload.build(params, spec.seed, device)
     model = task.model
+    stream = loop.train_stream(task)  # None: in memory, drawn by index
+    # A streamed task's FLOPs are counted on its first batch, drawn now; its wait
+    # is step 1's data time (added to the training and data time below).
+    first, first_wait_s = None, 0.0
+    if stream is not None and not task.flops_per_step:
+        t_first = time.perf_counter()
+        first = _device_batch(next(stream), device)
+        first_wait_s = time.perf_counter() - t_first
     # Counted on the model as built: an FP8 layer does the same matmuls.
-    flops_per_step = task.flops_per_step or count_train_flops(task)
+    flops_per_step = task.flops_per_step or count_train_flops(task, first)
     fp8 = torch_fp8.prepare(model, spec) if spec.precision in FP8_PRECISIONS else None
     optimizer = task.make_optimizer(model.parameters())
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, task.lr_lambda) if task.lr_lambda else None
     amp = make_amp(spec)
-    build_s = time.perf_counter() - t_build
+    build_s = time.perf_counter() - t_build - first_wait_s
     # Under torchrun: train through DistributedDataParallel, evaluate `model` on rank 0.
     dctx = distributed.current() if spec.launcher == "torchrun" else None
     train_model, rank0 = model, dctx is None or dctx.is_main
@@ -281,15 +294,20 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     lowest_precision = None
 
     budget = spec.train
+    assert budget is not None, "ampcert trains its own workloads only; a command job trains itself"
     limit = budget.step_limit
-    loop.log_run_config(log, spec, task.batch_size, len(task.train_x), len(task.eval_x), amp.policy.get("name"),
+    n_train = len(task.train_x) if stream is None else loop.stream_size(task.train_data)
+    loop.log_run_config(log, spec, task.batch_size, n_train, len(task.eval_x), amp.policy.get("name"),
                         [("world_size", dctx.world)] if dctx is not None else [])
 
     clock = _StepClock(device)
     losses: list[torch.Tensor] = []
     evals: list[EvalPoint] = []
-    batches = loop.index_batches(len(task.train_x), task.batch_size, spec.seed)
-    train_s = eval_s = data_s = 0.0
+    batches = loop.index_batches(len(task.train_x), task.batch_size, spec.seed) if stream is None else None
+    eval_s = 0.0
+    train_s = data_s = first_wait_s  # 0 but for a streamed first batch drawn while building
+    trained = 0  # samples trained so far: steps x batch_size, or a stream's batches' lengths
+    step_samples: list[int] | None = None if stream is None else []
     reached: loop.Reached | None = None
     scaler = amp.scaler
 
@@ -305,15 +323,25 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     model.train()
     while step < limit:
         window = min(budget.eval_every, limit - step)
-        log.start(mllog.BLOCK_START, metadata=loop.block_metadata(step + 1, window, step * task.batch_size))
+        log.start(mllog.BLOCK_START, metadata=loop.block_metadata(step + 1, window, trained))
         tel.phase("train")
         t_window = time.perf_counter()
         for _ in range(window):
             step += 1
             tok = clock.start()
             t_data = time.perf_counter()
-            idx = torch.from_numpy(next(batches))
-            x, y = task.train_x[idx], task.train_y[idx]
+            if batches is not None:
+                idx = torch.from_numpy(next(batches))
+                x, y = task.train_x[idx], task.train_y[idx]
+                trained += task.batch_size
+            else:  # streamed: the next batch (waiting for it is data time), as long as it is
+                x, y = first if first is not None else _device_batch(next(stream), device)
+                first = None
+                if dctx is not None and len(x) % dctx.world:
+                    raise Unsupported(f"train_data: batch {step} has {len(x)} examples, which do not split "
+                                      f"into {dctx.world} equal per-rank shards (drop the ragged last batch)")
+                step_samples.append(len(x))
+                trained += len(x)
             if task.augment is not None:
                 x, y = task.augment(x, y, step)
             if dctx is not None:  # this rank's shard of the global batch
@@ -343,7 +371,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         _sync(device)
         train_s += time.perf_counter() - t_window
         clock.collect()
-        log.end(mllog.BLOCK_STOP, metadata=loop.block_metadata(step - window + 1, window, step * task.batch_size))
+        log.end(mllog.BLOCK_STOP, metadata=loop.block_metadata(step - window + 1, window, trained))
 
         window_losses = torch.stack(losses[-window:])
         if dctx is not None:  # the global batch's loss: the mean of the ranks' shard means
@@ -354,14 +382,14 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
 
         tel.phase("eval")
         t_eval = time.perf_counter()
-        log.start(mllog.EVAL_START, metadata=loop.eval_metadata(step, step * task.batch_size))
+        log.start(mllog.EVAL_START, metadata=loop.eval_metadata(step, trained))
         model.eval()
         with torch.no_grad(), amp.autocast():
             value = float(task.evaluate(model, task.eval_x, task.eval_y)) if rank0 else math.nan
         model.train()
         _sync(device)
         eval_s += time.perf_counter() - t_eval
-        samples = step * task.batch_size
+        samples = trained
         loop.log_eval_value(log, workload.metric, value, step, samples)
         log.end(mllog.EVAL_STOP, metadata=loop.eval_metadata(step, samples))
         evals.append(EvalPoint(step=step, samples=samples, train_time_s=train_s, value=value))
@@ -383,7 +411,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
             reached = loop.Reached(steps=step, samples=samples, time_s=time.perf_counter() - run_start)
             break
 
-    telemetry, series = loop.stop_telemetry(tel, log, step * task.batch_size)
+    telemetry, series = loop.stop_telemetry(tel, log, trained)
     log.end(mllog.RUN_STOP, metadata={"status": "success"})
     all_losses = torch.stack(losses).cpu().tolist()
     peak_memory, weights_sha256 = _peak_memory(device), weights_digest(model)
@@ -406,6 +434,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         data_info=task.data_info, lowest_precision=lowest_precision,
         compile_stats=compiled.stats(step_times_ms(clock.durations)) if compiled is not None else None,
         fp8=Fp8Stats.model_validate(fp8.summary()) if fp8 is not None else None,
+        step_samples=step_samples,
     )
 
 
@@ -418,18 +447,23 @@ def _decision(value: float, target: float | None, higher_is_better: bool, reache
     return distributed.CONTINUE
 
 
-def count_train_flops(task) -> float | None:
+def count_train_flops(task, batch: tuple[torch.Tensor, torch.Tensor] | None = None) -> float | None:
     """FLOPs of one training step (forward + backward on one batch), counted
     by torch.utils.flop_counter on a copy of the model, so the run's own
     weights and batch-norm statistics are untouched. Counted in fp32: the
-    count depends on the ops and shapes, not on the precision."""
+    count depends on the ops and shapes, not on the precision. The batch is
+    ``batch`` (a streamed task's first) or else the first ``batch_size``
+    examples in memory."""
     import copy
 
     from torch.utils.flop_counter import FlopCounterMode
 
     model = copy.deepcopy(task.model)
     model.train()
-    x, y = task.train_x[: task.batch_size], task.train_y[: task.batch_size]
+    if batch is not None:
+        x, y = batch
+    else:
+        x, y = task.train_x[: task.batch_size], task.train_y[: task.batch_size]
     try:
         with FlopCounterMode(display=False) as counter:
             task.loss_fn(model(x), y).backward()
@@ -437,6 +471,13 @@ def count_train_flops(task) -> float | None:
         return None
     total = counter.get_total_flops()
     return float(total) if total else None
+
+
+def _device_batch(pair: tuple[Any, Any], device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A streamed (x, y) batch as tensors on the run's device (a DataLoader's
+    come on the host; numpy arrays are taken as they are)."""
+    x, y = pair
+    return torch.as_tensor(x).to(device), torch.as_tensor(y).to(device)
 
 
 def _cpu_name() -> str:

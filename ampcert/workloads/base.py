@@ -4,8 +4,8 @@ A workload is an object with a name, a pydantic ``Params`` model for its
 knobs, the metric it is judged by (``metric``, ``higher_is_better``), a
 ``default_budget(params)`` (target quality, step cap, evaluation interval),
 and a ``build(params, seed, device)`` that returns a :class:`TorchTask`: the
-model, its data already in memory as tensors, its loss, optimizer and
-evaluation. For the JAX backend it also has ``build_jax(params, seed,
+model, its data (in memory as tensors, or streamed from a DataLoader), its
+loss, optimizer and evaluation. For the JAX backend it also has ``build_jax(params, seed,
 device)`` returning a :class:`~ampcert.workloads.jax_models.JaxTask`. The
 backend owns everything else (precision, loss scaling, batch order, timing,
 FLOP counting), so one workload runs unchanged in fp32, fp16 and bf16. The
@@ -45,9 +45,38 @@ if TYPE_CHECKING:
 
 @dataclass
 class TorchTask:
+    """A workload ready for the torch backend (what ``build`` returns).
+
+    The training data is either in memory, ``train_x`` and ``train_y``
+    (tensors on the run's device; the backend draws index batches of
+    ``batch_size`` from :func:`ampcert.backends.loop.index_batches`, in an
+    order fixed by the seed), or streamed, ``train_data`` (with ``train_x``
+    and ``train_y`` None) for a data set too big for memory (an image folder,
+    token files on disk). ``train_data`` is an iterable of ``(x, y)`` batches
+    (tensors or numpy arrays, the batch on the first axis) that the backend
+    iterates afresh each epoch until the step budget is spent, such as a
+    ``torch.utils.data.DataLoader``, or a callable ``epoch -> iterable`` of
+    batches (called with 0, 1, ...); a one-shot iterator serves as long as it
+    yields. Batches come on the host and the backend moves them to the
+    device; ``augment`` still applies to each. Waiting for a batch counts as
+    data time (``data_time_s``), and the samples counted (throughput,
+    ``train_samples``) are each batch's actual length, so a ragged last batch
+    counts as what it is. The first batch also serves the FLOP count (drawn
+    while building, its wait counted as step 1's data and training time)
+    and the precision probe. Here the *loader* decides the order: ampcert
+    draws nothing, so the batches following the run's seed, and a rerun
+    seeing the same batches, are the workload's responsibility (a generator
+    seeded from ``seed`` for a shuffling sampler, a fixed shard order per
+    epoch; ``num_workers > 0`` splits an IterableDataset across workers
+    only if the dataset does, by ``torch.utils.data.get_worker_info``).
+    docs/workloads.md ("Streaming data") and examples/streaming_workload/
+    show one.
+    """
+
     model: torch.nn.Module
-    train_x: torch.Tensor
-    train_y: torch.Tensor
+    # In memory: the whole training set, indexed by the backend. None when train_data streams it.
+    train_x: torch.Tensor | None
+    train_y: torch.Tensor | None
     eval_x: torch.Tensor
     eval_y: torch.Tensor
     batch_size: int
@@ -68,6 +97,10 @@ class TorchTask:
     # FLOPs of one training step (forward + backward), when the workload knows
     # better than torch.utils.flop_counter (custom kernels); None: counted.
     flops_per_step: float | None = None
+    # Streamed training data instead of train_x/train_y (see the class docstring):
+    # an iterable of (x, y) batches re-iterated each epoch (a DataLoader), or a
+    # callable epoch -> iterable of batches.
+    train_data: Iterable[tuple[Any, Any]] | Callable[[int], Iterable[tuple[Any, Any]]] | None = None
 
 
 @dataclass

@@ -37,7 +37,7 @@ refused with a clear message.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +74,15 @@ class JaxTask:
     :mod:`ampcert.workloads.rng`, in the same order as the torch backend for a
     seed, and ``augment(x, y, step)`` (numpy in, numpy out) must depend only on
     its inputs and the step.
+
+    Or the training data streams: ``train_data`` (``train_x`` and ``train_y``
+    None), an iterable of numpy ``(x, y)`` batches iterated afresh each epoch
+    until the step budget is spent, or a callable ``epoch -> iterable`` of
+    batches, as for :class:`~ampcert.workloads.base.TorchTask` (whose
+    docstring says the rest: data time, samples, and that the loader, not
+    ampcert, decides the order and its determinism). A batch of a new shape
+    (a ragged last one) traces and compiles the step again, inside a timed
+    step: a streamed JAX task had better yield full batches only.
     """
 
     params: Params
@@ -84,8 +93,8 @@ class JaxTask:
     evaluate: Callable[[Callable[[np.ndarray], jax.Array], np.ndarray, np.ndarray], float]
     optimizer: optax.GradientTransformation
     base_lr: float
-    train_x: np.ndarray
-    train_y: np.ndarray
+    train_x: np.ndarray | None  # None when train_data streams the training set
+    train_y: np.ndarray | None
     eval_x: np.ndarray
     eval_y: np.ndarray
     batch_size: int
@@ -94,6 +103,9 @@ class JaxTask:
     data_note: str = ""
     data_info: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    # Streamed training data instead of train_x/train_y: an iterable of (x, y)
+    # numpy batches re-iterated each epoch, or a callable epoch -> iterable.
+    train_data: Iterable[tuple[Any, Any]] | Callable[[int], Iterable[tuple[Any, Any]]] | None = None
 
 
 # --------------------------------------------------------------------------- optimizer
