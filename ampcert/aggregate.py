@@ -81,14 +81,14 @@ def capped_groups(runs: Iterable[RunResult]) -> dict[Subject, int]:
     reference: dict[Subject, set[str]] = {}
     for r in runs:
         if r.spec.precision == REFERENCE:
-            reference.setdefault(group_key(r), set()).add(r.spec.train.model_dump_json())
+            reference.setdefault(group_key(r), set()).add(r.spec.budget_key())
     capped: dict[Subject, int] = {}
     for r in runs:
         key = group_key(r)
         budgets = reference.get(reference_key(key))
-        if r.spec.precision == REFERENCE or not budgets or r.spec.train.model_dump_json() in budgets:
+        if r.spec.precision == REFERENCE or not budgets or r.spec.budget_key() in budgets:
             continue
-        capped[key] = max(capped.get(key, 0), r.spec.train.step_limit)
+        capped[key] = max(capped.get(key, 0), r.spec.step_limit or 0)
     return capped
 
 
@@ -185,7 +185,7 @@ def aggregate(runs: Iterable[RunResult]) -> list[Aggregate]:
             metric=first.metric, higher_is_better=first.higher_is_better,
             final_metric_mean=_mean(metrics),
             final_metric_std=statistics.stdev(metrics) if len(metrics) > 1 else None,
-            target=first.spec.train.target,
+            target=first.spec.target,
             target_reached=f"{sum(bool(r.target_reached) for r in reached)}/{len(reached)}" if reached else None,
             steps_to_target_mean=_mean(_present(r.steps_to_target for r in done)),
             time_to_target_s_mean=_mean(_present(r.time_to_target_s for r in done)),

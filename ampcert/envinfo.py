@@ -71,6 +71,17 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
+def installed_packages() -> list[str]:
+    """Every distribution this interpreter can import, as ``name==version``, sorted by
+    name (normalised as pip does): the resolved environment a run ran in."""
+    found: dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = (dist.metadata["Name"] or "").strip()
+        if name:
+            found.setdefault(name.lower().replace("_", "-"), f"{name}=={dist.version}")
+    return [found[k] for k in sorted(found)]
+
+
 def gpu_info() -> dict[str, Any]:
     """GPUs as NVML and torch see them; each source says why when it cannot."""
     info: dict[str, Any] = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}

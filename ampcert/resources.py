@@ -21,7 +21,8 @@ from pathlib import Path
 
 from ampcert.errors import UserError
 
-__all__ = ["KINDS", "config_path", "require_shipped", "schema_path", "shipped_names", "shipped_path", "shipped_text"]
+__all__ = ["KINDS", "SHIPPED_PREFIX", "config_path", "from_label", "require_shipped", "schema_path", "shipped_label",
+           "shipped_names", "shipped_path", "shipped_text"]
 
 
 def _package_dir(name: str) -> Path:
@@ -29,6 +30,34 @@ def _package_dir(name: str) -> Path:
     # supported), so the Traversable is a real directory; a Path keeps
     # globbing, stat-based caching and error messages simple.
     return Path(str(files("ampcert").joinpath(name)))
+
+
+# How a shipped file is named in what ampcert writes (verdicts.json, plan.json, result.json,
+# compare's JSON): by package and path inside it, with its digest beside it, never by the
+# absolute path of one installation (which differs between machines and says nothing).
+SHIPPED_PREFIX = "ampcert:"
+
+
+def shipped_label(path: str | Path | None) -> str:
+    """``ampcert:configs/rules/default.yaml`` for a file ampcert ships; any other path as it is."""
+    if path is None:
+        return ""
+    p = Path(path)
+    root = Path(str(files("ampcert")))
+    try:
+        return SHIPPED_PREFIX + p.resolve().relative_to(root.resolve()).as_posix()
+    except (ValueError, OSError):
+        return str(path)
+
+
+def from_label(ref: str) -> Path | None:
+    """The shipped file an ``ampcert:...`` label names (None for anything else, or a label
+    that leaves the package)."""
+    if not ref.startswith(SHIPPED_PREFIX):
+        return None
+    root = Path(str(files("ampcert"))).resolve()
+    p = (root / ref[len(SHIPPED_PREFIX):]).resolve()
+    return p if p.is_relative_to(root) else None
 
 
 def require_shipped(folder: Path) -> Path:

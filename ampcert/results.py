@@ -306,6 +306,11 @@ class ResultsDir:
         return self.root / "suite.yaml"
 
     @property
+    def rules_file(self) -> Path:
+        """The suite's own rule pack, copied at planning (a shipped pack is named, not copied)."""
+        return self.root / "rules.yaml"
+
+    @property
     def plan_file(self) -> Path:
         return self.root / "plan.json"
 

@@ -16,7 +16,15 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 
 from ampcert.amp.precision import (  # noqa: F401 - PRECISIONS re-exported for suite readers
     AUTOCAST_PRECISIONS,
@@ -24,6 +32,7 @@ from ampcert.amp.precision import (  # noqa: F401 - PRECISIONS re-exported for s
     PRECISIONS,
     Precision,
 )
+from ampcert.command import CommandJob, check_templates
 from ampcert.configio import canonical_json, read_yaml, validation_message
 from ampcert.errors import UserError
 
@@ -225,7 +234,20 @@ class SlurmOptions(_Strict):
 
 
 class WorkloadEntry(_Strict):
-    workload: str = Field(min_length=1)
+    # A built-in or plugin workload by name, or a team's own job as a command
+    # (ampcert/command.py): exactly one of the two.
+    workload: str | None = Field(default=None, min_length=1)
+    command: list[str] | None = Field(default=None, min_length=1)
+    # A command's metric (the eval_accuracy its MLLOG reports), its direction and target,
+    # its working folder (beside the suite file unless absolute) and extra environment.
+    metric: str | None = Field(default=None, min_length=1)
+    higher_is_better: bool | None = None
+    target: float | None = None
+    cwd: str | None = Field(default=None, min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    # Where a command job runs on this machine (`cwd` resolved beside the suite file): set by
+    # parse_suite, which knows the file; not a suite field.
+    _workdir: str | None = PrivateAttr(default=None)
     id: str | None = Field(default=None, pattern=ID_PATTERN, max_length=MAX_ID_LEN)
     params: dict[str, Any] = Field(default_factory=dict)
     train: TrainBudget | None = None
@@ -245,6 +267,15 @@ class WorkloadEntry(_Strict):
 
     @model_validator(mode="after")
     def _label_names_a_file(self) -> WorkloadEntry:
+        if (self.workload is None) == (self.command is None):
+            raise ValueError("give either `workload` (a workload's name) or `command` (your own job's argv)")
+        if self.command is not None:
+            self._check_command()
+        else:
+            given = [k for k in ("metric", "higher_is_better", "target", "cwd") if getattr(self, k) is not None]
+            if given or self.env:
+                raise ValueError(f"`{(given or ['env'])[0]}` belongs to a `command` entry; a workload's "
+                                 "metric and target come from the workload (and `train:`)")
         # A label taken from the workload's name (an import path such as
         # `mod:/abs/path`, an entry-point name) is not checked by the `id`
         # field's pattern, and it becomes part of each run's folder name.
@@ -254,9 +285,24 @@ class WorkloadEntry(_Strict):
                              "give the entry an `id`")
         return self
 
+    def _check_command(self) -> None:
+        if self.id is None:
+            raise ValueError("a `command` entry needs an `id`: it names the entry's runs and folders")
+        refused = [k for k in ("params", "train", "launcher", "torchrun", "fp8") if k in self.model_fields_set]
+        if refused:
+            raise ValueError(f"`{refused[0]}` configures ampcert's own training; a `command` job trains itself "
+                             "(pass settings in its argv or `env`)")
+        if self.compile not in (None, [False]):
+            raise ValueError("`compile` compiles ampcert's own training step; a `command` job compiles itself")
+        if self.target is not None and self.target != self.target:
+            raise ValueError("`target` is not a number")
+        check_templates(self.command or [], self.env)
+
     @property
     def label(self) -> str:
-        return self.id or self.workload.replace(":", ".").split(".")[-1]
+        if self.id is not None or self.workload is None:
+            return self.id or "command"
+        return self.workload.replace(":", ".").split(".")[-1]
 
 
 class Suite(_Strict):
@@ -363,7 +409,8 @@ class RunSpec(_Strict):
     precision: Precision
     seed: int
     device: Literal["cpu", "cuda"]
-    train: TrainBudget
+    # ampcert's own training budget; None for a command job, which trains itself.
+    train: TrainBudget | None
     timeout_s: int
     # Digest of the resolved op policy (amp: ampcert); the id hashes this, not
     # the path, so moving a policy file keeps ids and editing it changes them.
@@ -397,6 +444,9 @@ class RunSpec(_Strict):
     torch_compile: TorchCompile | None = None
     # The FP8 layer policy of an fp8 or mxfp8 run; None for every other precision.
     fp8: Fp8 | None = None
+    # A team's own job (a suite entry's `command:`); None for ampcert's workloads.
+    # (Written only when set: results of ampcert's own workloads keep their bytes.)
+    command: CommandJob | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @model_validator(mode="after")
     def _names_are_file_names(self) -> RunSpec:
@@ -411,6 +461,22 @@ class RunSpec(_Strict):
             raise ValueError(f"run id {shown(run_id)} is longer than the {MAX_NAME_LEN} characters "
                              "a file name may have")
         return self
+
+    @property
+    def step_limit(self) -> int | None:
+        """ampcert's step cap for this run; None for a command job (its steps are its own)."""
+        return self.train.step_limit if self.train is not None else None
+
+    @property
+    def target(self) -> float | None:
+        """The quality the run trains to, where it has one."""
+        if self.command is not None:
+            return self.command.target
+        return self.train.target if self.train is not None else None
+
+    def budget_key(self) -> str:
+        """What runs must share to be compared as trained alike: ampcert's budget, or the job's."""
+        return canonical_json(self.train.model_dump() if self.train is not None else {"command": self.label})
 
     @property
     def world_size(self) -> int:
@@ -439,6 +505,8 @@ class RunSpec(_Strict):
             ident["torch_compile"] = self.torch_compile.model_dump(include={"mode", "backend"})
         if self.fp8 is not None:  # when the map is recorded does not change what is trained
             ident["fp8"] = self.fp8.model_dump(exclude={"record_every"})
+        if self.command is not None:
+            ident["command"] = self.command.identity()
         return ident
 
     @property
@@ -494,13 +562,17 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
         raise UserError(validation_message(source, err, data)) from None
     # Before the workloads: a plugin workload that imports the missing framework
     # would otherwise fail with a less useful "does not import".
-    require_backend(suite.backend, source)
+    if any(entry.command is None for entry in suite.workloads):  # a command job brings its own
+        require_backend(suite.backend, source)
     from ampcert.workloads import registry
 
     for i, entry in enumerate(suite.workloads):
         where = f"{source}: workloads[{i}]({entry.label})"
+        if entry.command is not None:
+            _check_workdir(entry, source, where)
+            continue
         registry.validate_entry(entry, where)
-        if suite.backend == "jax" and not hasattr(registry.get(entry.workload), "build_jax"):
+        if suite.backend == "jax" and not hasattr(registry.get_for(entry, where), "build_jax"):
             raise UserError(f"{where}: backend jax: workload {entry.workload!r} has no JAX version (build_jax)")
     if suite.policy is not None:
         if suite.amp != "ampcert":
@@ -512,6 +584,20 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
         # layer); here only its path is fixed, as the suite's folder sees it.
         suite = suite.model_copy(update={"certify": _rules_ref(suite.certify, source)})
     return suite
+
+
+def command_workdir(entry: WorkloadEntry, source: str) -> Path:
+    """Where a command entry's job runs: its ``cwd`` beside the suite file (unless
+    absolute), or the suite file's folder."""
+    base = Path(source).parent
+    return (base / Path(entry.cwd).expanduser()).resolve() if entry.cwd else base.resolve()
+
+
+def _check_workdir(entry: WorkloadEntry, source: str, where: str) -> None:
+    workdir = command_workdir(entry, source)
+    if not workdir.is_dir():
+        raise UserError(f"{where}: cwd: {workdir} is not a folder")
+    entry._workdir = str(workdir)
 
 
 def _rules_ref(ref: str, source: str) -> str:
@@ -564,9 +650,18 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, 
     runs: list[RunSpec] = []
     for entry in suite.workloads:
         launch = _launch_fields(suite, entry)
-        params, declared = registry.resolve(entry)
-        budget = entry.train or suite.train or TrainBudget(
-            target=declared.target, max_steps=declared.max_steps, eval_every=declared.eval_every)
+        job: CommandJob | None = None
+        budget: TrainBudget | None = None
+        if entry.command is not None:
+            params: dict[str, Any] = {}
+            job = CommandJob(argv=entry.command, env=entry.env, cwd=entry.cwd,
+                             workdir=entry._workdir, metric=entry.metric or "accuracy",
+                             higher_is_better=True if entry.higher_is_better is None else entry.higher_is_better,
+                             target=entry.target)
+        else:
+            params, declared = registry.resolve(entry)
+            budget = entry.train or suite.train or TrainBudget(
+                target=declared.target, max_steps=declared.max_steps, eval_every=declared.eval_every)
         seeds = with_min_seeds(entry.seeds or suite.seeds, min_seeds)
         matrix = [(compiled, label, precision, seed, repeat)
                   for compiled, label in zip(suite.compile_of(entry), suite.labels_of(entry), strict=True)
@@ -579,7 +674,7 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, 
                     entry,
                     suite=suite.name,
                     label=label,
-                    workload=entry.workload,
+                    workload=entry.workload or "command",
                     params=params,
                     backend=suite.backend,
                     amp=suite.amp,
@@ -595,7 +690,8 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, 
                     repeat=repeat,
                     submission=suite.submission,
                     torch_compile=suite.torch_compile if compiled else None,
-                    fp8=suite.fp8_of(entry) if precision in FP8_PRECISIONS else None,
+                    fp8=suite.fp8_of(entry) if precision in FP8_PRECISIONS and job is None else None,
+                    command=job,
                     **launch,
                 )
             )
@@ -654,7 +750,11 @@ def apply_capabilities(
                 limit = suite.unaccelerated_max_steps
                 assert limit is not None
                 budget = run.train
-                if budget.step_limit > limit:
+                if budget is None:  # a command job: its steps are its own
+                    update["capability_note"] += (
+                        "; the suite's `unaccelerated: cap` does not apply to a command job, which sets its own steps"
+                    )
+                elif budget.step_limit > limit:
                     fields = {"max_steps": limit} if budget.target is not None else {"steps": limit}
                     update["train"] = budget.model_copy(update=fields)
                     update["capability_note"] += (

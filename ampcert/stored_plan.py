@@ -43,8 +43,10 @@ class StoredPlan(BaseModel):
     suite_sha256: str | None = None      # of suite.yaml, byte for byte: shards of one suite share it
     device: str | None = None            # cpu or cuda, resolved
     capabilities: dict[str, Any] | None = None  # precision -> accelerated, speedup, note
-    certify: str | None = None           # the rule pack (a shipped name or a path), or None
+    certify: str | None = None           # the rule pack (ampcert:configs/rules/<name>.yaml or the user's path), or None
+    certify_sha256: str | None = None    # its digest: --resume certifies with the suite's pack only if it still matches
     environment: dict[str, Any] | None = None   # the fingerprint (envinfo)
+    code: dict[str, Any] | None = None  # what code the runs run (runner/code_identity.py): resume and merge hold to it
     runs: list[RunSpec]                  # every run of the suite, in plan order
     shard: ShardRecord | None = None
     slurm: dict[str, Any] | None = None  # the suite's `slurm:` block, for --resume --executor slurm

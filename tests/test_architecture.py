@@ -25,12 +25,14 @@ LAYERS: list[tuple[str, ...]] = [
     ("ampcert.session",),                                # the sequences a command runs
     ("ampcert.runner", "ampcert.gate", "ampcert.history"),  # execute a plan; compare results; the nightly history
     ("ampcert.report",),                                 # report.json/html, signing
-    ("ampcert.backends", "ampcert.certify", "ampcert.plan"),  # train one run; verdicts; capacity
+    ("ampcert.backends", "ampcert.certify", "ampcert.plan",   # train one run; verdicts; capacity;
+     "ampcert.track", "ampcert.integrations"),            # what a team's own job writes (MLLOG, callbacks)
     ("ampcert.aggregate",),                              # one aggregation per group, for every view
     ("ampcert.results",),                                # RunResult, the results folder
-    ("ampcert.spec", "ampcert.stored_plan"),             # suites and the run matrix; plan.json
+    ("ampcert.spec", "ampcert.stored_plan", "ampcert.command"),  # suites, the run matrix, command jobs; plan.json
     ("ampcert.workloads", "ampcert.telemetry"),          # what is trained; what is measured
-    ("ampcert.configio", "ampcert.atomic", "ampcert.resources", "ampcert.errors", "ampcert.mllog", "ampcert.envinfo",
+    ("ampcert.configio", "ampcert.atomic", "ampcert.resources", "ampcert.errors", "ampcert.mllog",
+     "ampcert.mllog_reader", "ampcert.envinfo",
      "ampcert.console", "ampcert.version", "ampcert.vocabulary"),  # leaves every layer may use
     ("ampcert.amp",),                                    # the AMP engine: usable alone
 ]

@@ -15,6 +15,7 @@ a required INCONCLUSIVE is itself INCONCLUSIVE.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, TypeVar, cast
@@ -109,14 +110,14 @@ def _failed(runs: list[RunResult]) -> list[dict[str, Any]]:
 
 
 def _budgets_differ(group: _Group) -> list[str]:
-    ref_budgets = {r.spec.train.model_dump_json() for r in group.ref}
-    return [r.run_id for r in group.primary if r.spec.train.model_dump_json() not in ref_budgets]
+    ref_budgets = {r.spec.budget_key() for r in group.ref}
+    return [r.run_id for r in group.primary if r.spec.budget_key() not in ref_budgets]
 
 
 def _capped_summary(group: _Group, capped: list[str], why: str) -> str:
     """The INCONCLUSIVE text for a group trained on a smaller budget than FP32's, in the
     words the tables use (ampcert.aggregate.not_comparable)."""
-    cap = max(r.spec.train.step_limit for r in group.primary if r.run_id in capped)
+    cap = max(r.spec.step_limit or 0 for r in group.primary if r.run_id in capped)
     return f"{not_comparable(cap)}: training budget differs from FP32's (steps capped on an unaccelerated precision){why}"
 
 
@@ -202,7 +203,7 @@ def check_accuracy_parity(rule: R.AccuracyParity, g: _Group) -> Verdict | None:
 
 @judges(R.Convergence)
 def check_convergence(rule: R.Convergence, g: _Group) -> Verdict | None:
-    if not g.primary or g.primary[0].spec.train.target is None:
+    if not g.primary or g.primary[0].spec.target is None:
         return None  # a fixed step budget has no target to converge to
     limit = rule.threshold(g.subject.workload, g.workload)
     capped = _budgets_differ(g)
@@ -217,7 +218,7 @@ def check_convergence(rule: R.Convergence, g: _Group) -> Verdict | None:
               for r in g.primary if not (r.status == "completed" and r.target_reached)]
     if missed:
         return _verdict(rule, g, Status.FAIL, f"{len(missed)} of {len(g.primary)} seed(s) did not reach the target "
-                        f"{g.primary[0].spec.train.target:g}", missed=missed)
+                        f"{g.primary[0].spec.target:g}", missed=missed)
     if len(g.primary) < rule.min_seeds:
         return _verdict(rule, g, Status.INCONCLUSIVE, f"{len(g.primary)} seed(s); the rule needs at least "
                         f"{rule.min_seeds}", n=len(g.primary), min_seeds=rule.min_seeds)
@@ -249,6 +250,16 @@ def check_determinism(rule: R.Determinism, g: _Group) -> Verdict | None:
                                               rep.determinism.get("deterministic_algorithms")]}
         if orig.status != rep.status:
             problems.append(f"seed {rep.spec.seed}: statuses differ ({orig.status} vs {rep.status})")
+        elif orig.status == "completed" and orig.spec.command is not None:
+            # A command job reports no loss, weights or determinism settings: its
+            # evaluations, value by value, are what a repeat can be held to.
+            a, b = [e.value for e in orig.evals], [e.value for e in rep.evals]
+            first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+            if first is None and len(a) != len(b):
+                first = min(len(a), len(b))
+            entry["first_differing_eval"] = None if first is None else first + 1
+            if first is not None:
+                problems.append(f"seed {rep.spec.seed}: the job's evaluations differ from eval {first + 1}")
         elif orig.status == "completed":
             first = next((i for i, (a, b) in enumerate(zip(orig.loss, rep.loss, strict=False)) if a != b), None)
             if first is None and len(orig.loss) != len(rep.loss):
@@ -265,6 +276,9 @@ def check_determinism(rule: R.Determinism, g: _Group) -> Verdict | None:
         return _verdict(rule, g, Status.INCONCLUSIVE, "repeats found, but not of a seed that ran once normally")
     if problems:
         return _verdict(rule, g, Status.FAIL, "; ".join(problems), compared=compared)
+    if all(r.spec.command is not None for r in repeats):
+        return _verdict(rule, g, Status.PASS, f"{len(compared)} repeated run(s): the job's evaluations identical "
+                        "bit for bit (a command job reports no loss or weights to compare)", compared=compared)
     return _verdict(rule, g, Status.PASS, f"{len(compared)} repeated run(s): loss trajectories and final-weight "
                     "digests identical bit for bit", compared=compared)
 
@@ -278,9 +292,13 @@ def check_seed_spread(rule: R.SeedSpread, g: _Group) -> Verdict | None:
                         f"{rule.min_seeds}", n=len(done))
     values = {r.spec.seed: cast(float, r.final_metric) for r in done}
     spread = max(values.values()) - min(values.values())
-    digests = {r.weights_sha256 for r in done}
-    if len(digests) == 1:
-        return _verdict(rule, g, Status.FAIL, f"{len(done)} different seeds produced identical final weights: the "
+    # What shows that the seed reaches the run: the final weights' digest, or, for a
+    # command job (which reports none), its whole series of evaluations.
+    outputs = {r.weights_sha256 if r.weights_sha256 is not None else tuple(e.value for e in r.evals)
+               for r in done}
+    if len(outputs) == 1:
+        what = "final weights" if done[0].weights_sha256 is not None else "evaluations"
+        return _verdict(rule, g, Status.FAIL, f"{len(done)} different seeds produced identical {what}: the "
                         "seed does not reach the run", final_metric=values)
     status = Status.PASS if spread <= limit else Status.FAIL
     return _verdict(rule, g, status, f"final metric ranges {spread:.4f} across {len(done)} seeds "
@@ -345,6 +363,13 @@ def check_nonfinite_loss(rule: R.NonFiniteLoss, g: _Group) -> Verdict | None:
     if not done:
         return _verdict(rule, g, Status.INCONCLUSIVE, "no completed run" + (f"; failures: {other[0]['reason']}"
                                                                     if other else ""), failed_runs=other)
+    if all(r.spec.command is not None for r in done):
+        # A command job logs no loss: what it does log, its evaluations, must be finite.
+        bad = {r.run_id: sum(1 for e in r.evals if not math.isfinite(e.value)) for r in done}
+        worst = max(bad, key=bad.__getitem__)
+        status = Status.PASS if bad[worst] == 0 else Status.FAIL
+        return _verdict(rule, g, status, f"the job logs no loss; non-finite evaluations: worst {bad[worst]} "
+                        f"({worst})", nonfinite_evals=bad)
     shares = {r.run_id: (sum(1 for v in r.loss if v is None) / len(r.loss)) if r.loss else 0.0 for r in done}
     worst_id = max(shares, key=shares.__getitem__)
     status = Status.PASS if shares[worst_id] <= limit else Status.FAIL

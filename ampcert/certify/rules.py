@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ampcert.amp.precision import LOW_PRECISIONS, Precision
 from ampcert.errors import UserError
-from ampcert.resources import config_path, require_shipped
+from ampcert.resources import config_path, from_label, require_shipped, shipped_label
 
 RULES_DIR = config_path("rules")
 
@@ -257,7 +257,10 @@ def load_rules(ref: str | Path | None = None, base_dir: Path | None = None) -> R
 
     text = str(ref or "default")
     candidates = []
-    if "/" in text or text.endswith((".yaml", ".yml")):
+    shipped = from_label(text)
+    if shipped is not None:  # a pack as results record it: ampcert:configs/rules/<name>.yaml
+        candidates.append(shipped)
+    elif "/" in text or text.endswith((".yaml", ".yml")):
         p = Path(text).expanduser()
         if not p.is_absolute() and base_dir is not None:
             candidates.append(base_dir / p)
@@ -287,4 +290,4 @@ def load_rules(ref: str | Path | None = None, base_dir: Path | None = None) -> R
         pack = RulePack.model_validate(data)
     except ValidationError as err:
         raise UserError(validation_message(str(path), err, data)) from None
-    return pack.model_copy(update={"source": str(path), "sha256": hashlib.sha256(raw).hexdigest()})
+    return pack.model_copy(update={"source": shipped_label(path), "sha256": hashlib.sha256(raw).hexdigest()})

@@ -18,7 +18,7 @@ from ampcert.errors import UserError
 from ampcert.gate.metrics import compare_metric
 from ampcert.gate.result import GateResult, MetricComparison, RunFailures
 from ampcert.gate.settings import GateConfig, load_gate
-from ampcert.gate.sources import Source, describe
+from ampcert.gate.sources import Source, describe, stack_differences
 from ampcert.gate.subjects import group_runs, match_subjects
 from ampcert.gate.verdicts import compare_failures, compare_verdicts
 from ampcert.vocabulary import Status
@@ -59,6 +59,9 @@ def compare(baseline: Source, candidate: Source, cfg: GateConfig | None = None) 
         notes.append(f"{k}: only in the baseline (not compared)")
     for k in only_c:
         notes.append(f"{k}: only in the candidate (not compared)")
+    changed = stack_differences(baseline, candidate)
+    if changed:
+        notes.append(f"environment differs: {'; '.join(changed)}: the two sides ran different software")
     bi, ci = describe(baseline), describe(candidate)
     if bi.devices != ci.devices:
         notes.append(f"devices differ: baseline {', '.join(bi.devices)}; candidate {', '.join(ci.devices)}: "

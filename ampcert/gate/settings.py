@@ -21,7 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, 
 
 from ampcert.configio import load_yaml, parse_model, yaml_problem
 from ampcert.errors import UserError
-from ampcert.resources import config_path
+from ampcert.resources import config_path, shipped_label
 
 GATE_FILE = config_path("gate.yaml")
 MetricName = Literal["samples_per_s", "time_to_target_s", "final_metric", "peak_memory_bytes",
@@ -125,7 +125,7 @@ def _overlay(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 def load_gate(path: str | Path | None = None) -> GateConfig:
     """The shipped gate (configs/gate.yaml), with ``path`` laid over it if given."""
     data, raw = _read_yaml_mapping(GATE_FILE)
-    source, digest = str(GATE_FILE), hashlib.sha256(raw).hexdigest()
+    source, digest = shipped_label(GATE_FILE), hashlib.sha256(raw).hexdigest()
     where = str(GATE_FILE)
     if path is not None:
         p = Path(path)
@@ -142,7 +142,7 @@ def load_gate(path: str | Path | None = None) -> GateConfig:
         data.setdefault("name", "default")
         if "name" not in user:
             data["name"] = f"default + {p.name}"
-        source = f"{GATE_FILE} + {p}"
+        source = f"{shipped_label(GATE_FILE)} + {p}"
         digest = hashlib.sha256(raw + b"\n---\n" + user_raw).hexdigest()
         where = str(p)
     cfg = parse_model(GateConfig, data, where)

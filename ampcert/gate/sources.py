@@ -10,7 +10,7 @@ is one :class:`UserError` line naming the file and what was expected.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -23,7 +23,8 @@ from ampcert.results import ResultsDir, RunResult, load
 
 @dataclass
 class Source:
-    """What one side of a comparison holds: runs, certificate, suite identity."""
+    """What one side of a comparison holds: runs, certificate, suite identity, and the
+    software stack they ran on (:func:`stack`)."""
 
     path: Path
     kind: Literal["results folder", "report"]
@@ -31,6 +32,43 @@ class Source:
     suite_sha256: str | None
     runs: list[RunResult]
     certificate: Certificate | None
+    stack: dict[str, str] = field(default_factory=dict)
+
+
+def _one(values: set[str]) -> str | None:
+    values.discard("")
+    return None if not values else next(iter(values)) if len(values) == 1 else " / ".join(sorted(values))
+
+
+def stack(runs: list[RunResult], plan_environment: dict | None = None, plan_code: dict | None = None) -> dict[str, str]:
+    """The software a side ran on, by name: torch, CUDA, the NVIDIA driver, ampcert, and
+    each command job's commit (several values joined where the runs differ)."""
+    env = [r.environment or {} for r in runs if r.status == "completed"]
+    gpu = (plan_environment or {}).get("gpu") or {}
+    found: dict[str, str | None] = {
+        "torch": _one({str(e["torch"]) for e in env if e.get("torch")}),
+        "jax": _one({str(e["jax"]) for e in env if e.get("jax")}),
+        "CUDA": str(gpu["torch_cuda"]) if gpu.get("torch_cuda") else None,
+        "driver": str(gpu["driver"]) if gpu.get("driver") else None,
+        "ampcert": _one({str(e["ampcert"]) for e in env if e.get("ampcert")})
+        or ((plan_code or {}).get("ampcert") and str((plan_code or {})["ampcert"])),
+    }
+    for r in runs:
+        git = (((r.environment or {}).get("code") or {}).get("git") or {}) if r.spec.command else {}
+        if git.get("commit"):
+            key = f"job {r.spec.label} commit"
+            commit = str(git["commit"])[:12] + ("+dirty" if git.get("dirty") else "")
+            found[key] = _one({commit, *(found.get(key) or "").split(" / ")})
+    return {k: v for k, v in found.items() if v}
+
+
+def stack_differences(baseline: Source, candidate: Source) -> list[str]:
+    """One phrase per stack entry that differs between the two sides."""
+    b, c = baseline.stack, candidate.stack
+    # A name one side does not record (results from before it was recorded) is not a difference;
+    # a job on one side only is.
+    keys = [k for k in sorted(set(b) | set(c)) if (k in b and k in c) or k.startswith("job ")]
+    return [f"{k} {b.get(k, 'unknown')} -> {c.get(k, 'unknown')}" for k in keys if b.get(k) != c.get(k)]
 
 
 def load_source(path: str | Path) -> Source:
@@ -46,7 +84,8 @@ def load_source(path: str | Path) -> Source:
                 cert = Certificate.model_validate_json(rd.verdicts_file.read_bytes())
             except (OSError, ValueError) as exc:
                 raise UserError(f"{rd.verdicts_file}: unreadable verdicts: {str(exc).splitlines()[0]}") from None
-        return Source(p, "results folder", rs.suite_name, plan.suite_sha256, rs.runs, cert)
+        return Source(p, "results folder", rs.suite_name, plan.suite_sha256, rs.runs, cert,
+                      stack(rs.runs, plan.environment, plan.code))
     if not p.exists():
         raise UserError(f"{p}: no such report file or results folder")
     try:
@@ -68,7 +107,7 @@ def load_source(path: str | Path) -> Source:
     cert = None
     if data.get("certificate") is not None:
         cert = parse_model(Certificate, data["certificate"], f"{p}: certificate")
-    return Source(p, "report", suite["name"], suite.get("sha256"), runs, cert)
+    return Source(p, "report", suite["name"], suite.get("sha256"), runs, cert, stack(runs))
 
 
 def describe(source: Source) -> SourceInfo:

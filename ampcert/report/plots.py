@@ -89,7 +89,7 @@ def eval_curves(label: str, runs: Sequence[RunResult]) -> str | None:
                 ax.plot([e.train_time_s for e in r.evals], [e.value for e in r.evals], marker="o", ms=2.5,
                         color=COLOURS[precision], lw=0.9, alpha=0.9 if i == 0 else 0.35,
                         label=precision if i == 0 else None)
-        target = groups[0][1][0].spec.train.target
+        target = groups[0][1][0].spec.target
         if target is not None:
             ax.axhline(target, color="#888888", lw=0.8, ls="--", label="target")
         ax.legend(frameon=False)

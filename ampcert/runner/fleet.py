@@ -246,7 +246,7 @@ def run_fleet(root: Path, todo: Sequence[RunSpec], executor: Executor, *, retrie
     waiting: deque[RunSpec] = deque()
     for spec in todo:
         if spec.skip_reason:
-            on_event({"kind": "start", "run_id": spec.run_id, "limit": spec.train.step_limit})
+            on_event({"kind": "start", "run_id": spec.run_id, "limit": spec.step_limit})
             result = skipped_result(spec)
             atomic_write_json(rd.result_file(spec.run_id), result)
             on_event({"kind": "done", "run_id": spec.run_id, "result": result})
@@ -273,7 +273,7 @@ def run_fleet(root: Path, todo: Sequence[RunSpec], executor: Executor, *, retrie
                   **{k: event[k] for k in ("node", "pid") if k in event})
         if spec.run_id not in started:
             started.add(spec.run_id)
-            on_event({"kind": "start", "run_id": spec.run_id, "limit": spec.train.step_limit,
+            on_event({"kind": "start", "run_id": spec.run_id, "limit": spec.step_limit,
                       "node": event.get("node")})
 
     by_id = {spec.run_id: spec for spec in waiting}
@@ -288,7 +288,7 @@ def run_fleet(root: Path, todo: Sequence[RunSpec], executor: Executor, *, retrie
                 if event.get("kind") == "running":
                     start(spec_of, event)
                 elif event.get("kind") == "step" and spec_of.run_id in started:
-                    on_event({"limit": spec_of.train.step_limit, **event, "kind": "step"})
+                    on_event({"limit": spec_of.step_limit, **event, "kind": "step"})
             for ticket, outcome in ended:
                 spec = in_flight.pop(ticket)
                 stored: RunResult | str

@@ -221,7 +221,12 @@ def _process_entry(spec_json: str, root: str, events, spawned: float, orchestrat
 
 
 def local_run(spec: RunSpec, root: Path) -> RunningRun:
-    """One run on this machine, not started: torchrun's ranks for ``launcher: torchrun``, else a worker."""
+    """One run on this machine, not started: a command job, torchrun's ranks for
+    ``launcher: torchrun``, else a worker."""
+    if spec.command is not None:  # a team's own job, run and read by ampcert
+        from ampcert.runner.command_run import CommandRun
+
+        return CommandRun(spec, root)
     if spec.launcher == "torchrun":  # data-parallel ranks under torch.distributed.run
         from ampcert.runner.torchrun import TorchrunRun
 
@@ -245,10 +250,11 @@ class LocalExecutor:
     def check(self, runs: Sequence[RunSpec], cpus_per_run: int) -> None:
         """A resumed folder was planned elsewhere: its framework may be missing
         here (one line before any run). The forkserver preloads what they need."""
-        backends = {s.backend for s in runs if not s.skip_reason}
+        backends = {s.backend for s in runs if not s.skip_reason and s.command is None}
         for backend in sorted(backends):
             require_backend(backend, str(self.root))
-        _mp_context(backends)
+        if backends:  # command jobs start their own programs, never a worker
+            _mp_context(backends)
 
     def submit(self, specs: Sequence[RunSpec], cpus_per_run: int) -> list[Any]:
         tickets = []

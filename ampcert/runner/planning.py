@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ampcert.errors import UserError
+from ampcert.resources import SHIPPED_PREFIX
 from ampcert.results import (
     ResultsDir,
     RunResult,
@@ -68,6 +69,7 @@ class Plan:
     runs: list[RunSpec]
     capabilities: dict[str, Any]
     device: str
+    certify_sha256: str | None = None  # the rule pack's digest, as planned
 
 
 def check_fp8_layers(runs: list[RunSpec]) -> None:
@@ -97,11 +99,13 @@ def plan_suite(suite_path: str | Path) -> Plan:
     path = Path(suite_path)
     suite = load_suite(path)
     min_seeds, repeats = 1, 0
+    certify_sha256 = None
     if suite.certify is not None:
         from ampcert.certify.rules import load_rules
 
         pack = load_rules(suite.certify)
         suite = suite.model_copy(update={"certify": pack.source})
+        certify_sha256 = pack.sha256
         min_seeds, repeats = pack.min_seeds(), pack.repeats()
     device = resolve_device(suite.device, suite.backend)
     runs = expand(suite, device, min_seeds=min_seeds, repeats=repeats)
@@ -112,7 +116,7 @@ def plan_suite(suite_path: str | Path) -> Plan:
     if submission.platform is None:
         submission = submission.model_copy(update={"platform": platform_name(device)})
     runs = [r.model_copy(update={"submission": submission, "config_filename": path.name}) for r in runs]
-    return Plan(suite, path, apply_capabilities(suite, runs, capabilities), capabilities, device)
+    return Plan(suite, path, apply_capabilities(suite, runs, capabilities), capabilities, device, certify_sha256)
 
 
 def platform_name(device: str) -> str:
@@ -162,7 +166,7 @@ def prepare_out_dir(out: Path, run_ids: Iterable[str] | None = None) -> None:
 
 # What an invocation leaves in its folder before plan.json exists: the lock,
 # the write probe, the suite copy and atomic-write temp files.
-_PRE_PLAN = re.compile(r"^(\.lock|\.write-test(-\d+)?|suite\.yaml|\.(suite\.yaml|plan\.json)\.[^/]*\.tmp)$")
+_PRE_PLAN = re.compile(r"^(\.lock|\.write-test(-\d+)?|suite\.yaml|rules\.yaml|\.(suite\.yaml|rules\.yaml|plan\.json)\.[^/]*\.tmp)$")
 
 
 def _interrupted_before_plan(out: Path) -> bool:
@@ -174,12 +178,17 @@ def _interrupted_before_plan(out: Path) -> bool:
 
 def write_plan(out: Path, plan: Plan, shard: dict[str, Any] | None = None) -> None:
     from ampcert.envinfo import fingerprint
+    from ampcert.runner.code_identity import code_identity
 
     raw = plan.suite_path.read_bytes()
     rd = ResultsDir(out)
     if rd.plan_file.exists():  # (under the folder lock) another invocation planned here first
         raise UserError(f"--out {out}: another ampcert invocation has started writing to this folder")
     atomic_write_text(rd.suite_file, raw.decode("utf-8"))
+    if plan.suite.certify is not None and not plan.suite.certify.startswith(SHIPPED_PREFIX):
+        # The suite's own pack, as planned: --resume certifies with this copy (held to its
+        # digest), never with a file plan.json names.
+        atomic_write_text(rd.rules_file, Path(plan.suite.certify).read_text(encoding="utf-8"))
     slurm = plan.suite.slurm.model_dump(exclude_defaults=True)
     stored = StoredPlan.model_validate({
         "tool": f"ampcert {__version__}",
@@ -190,7 +199,9 @@ def write_plan(out: Path, plan: Plan, shard: dict[str, Any] | None = None) -> No
         "device": plan.device,
         "capabilities": plan.capabilities,
         "certify": plan.suite.certify,
+        **({"certify_sha256": plan.certify_sha256} if plan.certify_sha256 else {}),
         "environment": fingerprint(),
+        "code": code_identity(plan.runs),
         "runs": plan.runs,
         **({"shard": shard} if shard else {}),  # run --shard i/n: the complete plan, and this shard's runs
         # The suite's `slurm:` block, for `--resume --executor slurm` (not part of any run).
@@ -230,8 +241,8 @@ def pending_runs(rd: ResultsDir, runs: list[RunSpec], retry_failed: bool,
 def dump_plan_table(runs: list[RunSpec]) -> list[dict[str, Any]]:
     return [
         {"run_id": r.run_id, "workload": r.label, "precision": r.precision, "amp": r.amp,
-         "seed": r.seed, "device": r.device, "steps": r.train.step_limit,
-         "target": r.train.target, "accelerated": r.accelerated,
+         "seed": r.seed, "device": r.device, "steps": r.step_limit,
+         "target": r.target, "accelerated": r.accelerated,
          "note": ("skipped: " if r.skip_reason else "") + ("" if r.accelerated else "not accelerated")}
         for r in runs
     ]

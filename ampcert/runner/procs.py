@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
+
+from ampcert.telemetry.host import process_tree
 
 # The signals of the one stop policy (signals.interruptible): ampcert
 # handles them, its helper processes start with them blocked, workers unblock them.
@@ -32,3 +35,28 @@ def alive(pid: int) -> bool:
         return True
     stat = proc_stat(pid)
     return stat is None or stat[0] not in ("Z", "X")
+
+
+def end_tree(root: int, grace_s: float) -> None:
+    """End process ``root`` and its whole tree (its session and every descendant): SIGTERM,
+    up to ``grace_s`` seconds for them to exit, then SIGKILL until none is left. Processes
+    the tree starts meanwhile are found on each pass."""
+    deadline = time.monotonic() + grace_s
+    give_up = deadline + 10.0  # a process stuck in the kernel (state D) cannot be killed at all
+    sig = signal.SIGTERM if grace_s > 0 else signal.SIGKILL
+    while True:
+        tree = [p.pid for p in process_tree(root)]
+        if not tree or time.monotonic() > give_up:
+            return
+        for pid in tree:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        try:
+            os.killpg(root, sig)
+        except OSError:
+            pass
+        time.sleep(0.05)
+        if sig == signal.SIGTERM and time.monotonic() >= deadline:
+            sig = signal.SIGKILL

@@ -104,6 +104,7 @@ def _refuse_links(root: Path) -> None:
 
 def merge(out: Path, sources: list[Path], *, partial: bool = False) -> dict[str, Any]:
     """Join shard folders into ``out`` (a new, empty folder). Returns what was merged."""
+    from ampcert.runner.code_identity import differences
     from ampcert.runner.folder_lock import FolderLock
     from ampcert.runner.planning import prepare_out_dir
 
@@ -140,6 +141,10 @@ def merge(out: Path, sources: list[Path], *, partial: bool = False) -> dict[str,
             raise UserError(f"{d}: planned from a different suite than {ref_dir} (suite {plan.suite!r} "
                             f"sha256 {str(plan.suite_sha256)[:12]}, not {ref.suite!r} "
                             f"{str(ref.suite_sha256)[:12]}); only shards of one suite merge")
+        if plan.code is not None and ref.code is not None and differences(ref.code, plan.code):
+            changed = differences(ref.code, plan.code)
+            raise UserError(f"{d}: ran other code than {ref_dir}: {'; '.join(changed[:4])}; shards of one "
+                            "certification must run the same code")
         ids = [r.run_id for r in plan.runs]
         if ids != ref_ids:
             other = next((i for i in ids if i not in set(ref_ids)), None) or next(
@@ -170,6 +175,8 @@ def merge(out: Path, sources: list[Path], *, partial: bool = False) -> dict[str,
     rd_out = ResultsDir(out)
     with FolderLock(out):
         atomic_write_text(rd_out.suite_file, ResultsDir(ref_dir).suite_file.read_text(encoding="utf-8"))
+        if ResultsDir(ref_dir).rules_file.is_file():
+            atomic_write_text(rd_out.rules_file, ResultsDir(ref_dir).rules_file.read_text(encoding="utf-8"))
         for run_id, (d, _) in owner.items():
             # symlinks=True: a link that appeared after _refuse_links is copied
             # as a link, never as what it points to.

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ampcert.errors import BadArgument, UserError
+from ampcert.resources import shipped_label
 from ampcert.runner.signals import interruptible
 
 if TYPE_CHECKING:
@@ -66,7 +67,8 @@ class Audit:
         return not self.disagreements or not self.shipped
 
     def to_json(self) -> dict[str, Any]:
-        return {"policy": {"name": self.policy.name, "source": str(self.policy.source), "sha256": self.policy.sha256},
+        return {"policy": {"name": self.policy.name, "source": shipped_label(self.policy.source),
+                           "sha256": self.policy.sha256},
                 self.framework: self.version}
 
 

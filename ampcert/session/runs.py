@@ -194,6 +194,7 @@ def resume(folder: str | Path, *, retry_failed: bool = False, sign_key: str | Pa
     ``retry_failed``, what failed), then finish it as :func:`run_suite` does,
     with any executor (a folder started locally may be finished on a cluster)."""
     from ampcert.runner import shard as sharding
+    from ampcert.runner.code_identity import check_same_code, code_identity
     from ampcert.runner.executors import FleetOptions
 
     fleet = fleet or FleetOptions()
@@ -202,13 +203,42 @@ def resume(folder: str | Path, *, retry_failed: bool = False, sign_key: str | Pa
         check_key(sign_key)
         root, stored = _stored_plan(folder)
         runs = sharding.shard_runs(stored)
+        check_same_code(stored.code, code_identity(stored.runs), f"--resume {root}", "this resume")
         executor = _open_executor(fleet, root, runs, _stored_slurm(root, stored))
         try:
-            return _execute(root, runs, executor, rules=stored.certify, shard=stored.shard_json(),
+            return _execute(root, runs, executor, rules=_resumed_rules(root, stored), shard=stored.shard_json(),
                             planned=len(stored.runs), retry_failed=retry_failed, sign_key=sign_key,
                             on_event=on_event, fleet=fleet)
         finally:
             executor.close()
+
+
+def _resumed_rules(root: Path, stored: StoredPlan) -> str | None:
+    """The rule pack a resumed folder is certified with: the one its suite names (the
+    folder's suite.yaml, a shipped name or the user's path, relative to this working
+    folder), held to the digest planning stored. plan.json names the pack too, but a
+    plan.json may come from elsewhere: nothing it names is opened."""
+    from ampcert.certify.rules import load_rules
+    from ampcert.configio import read_yaml
+    from ampcert.results import ResultsDir
+
+    if stored.certify is None:
+        return None
+    rd = ResultsDir(root)
+    suite = read_yaml(rd.suite_file, "suite file")
+    ref = suite.get("certify") if isinstance(suite, dict) else None
+    if not isinstance(ref, str):
+        raise UserError(f"{rd.suite_file}: certify: the plan certifies with a rule pack the suite copy "
+                        "does not name; the folder was changed after planning")
+    own = ("/" in ref or ref.endswith((".yaml", ".yml"))) and rd.rules_file.is_file()
+    # The suite's own pack as copied at planning; a shipped pack by name (or, for a folder
+    # planned before the copy existed, the suite's path from this working folder).
+    pack = load_rules(rd.rules_file if own else ref)
+    if stored.certify_sha256 is not None and pack.sha256 != stored.certify_sha256:
+        raise UserError(f"--resume {root}: the rule pack {ref!r} ({pack.source}) changed since the folder was "
+                        f"planned (sha256 {pack.sha256[:12]}, planned {stored.certify_sha256[:12]}); certify the "
+                        "finished folder with `ampcert certify DIR --rules ...` instead")
+    return str(rd.rules_file) if own else pack.source
 
 
 def _stored_slurm(root: Path, stored: StoredPlan) -> SlurmOptions:
@@ -224,9 +254,12 @@ def _stored_slurm(root: Path, stored: StoredPlan) -> SlurmOptions:
 
 def merge(out: str | Path, folders: Sequence[str | Path], *, partial: bool = False) -> Finished:
     """Join the shard folders of one suite into ``out`` and finish it (certified if the suite says so)."""
+    from ampcert.results import ResultsDir
     from ampcert.runner import shard as sharding
 
     with interruptible():
         info = sharding.merge(Path(out), [Path(f) for f in folders], partial=partial)
-        done = finish(out, rules=info["certify"], certify=bool(info["certify"]))
+        # The merged folder's own copies (suite, rule pack), held to the plan's digest.
+        rules = _resumed_rules(Path(out), ResultsDir(Path(out)).read_plan())
+        done = finish(out, rules=rules, certify=bool(rules))
     return replace(done, merged={k: info[k] for k in ("merged", "runs", "missing")})

@@ -208,6 +208,98 @@ class _PsutilStats:
         pass
 
 
+@dataclass(frozen=True)
+class ProcInfo:
+    """One process as /proc/<pid>/stat shows it (times in clock ticks, RSS in pages)."""
+
+    pid: int
+    ppid: int
+    session: int
+    state: str
+    cpu_ticks: int  # utime + stime + cutime + cstime: its own and its waited-for children's
+    rss_pages: int
+    start_ticks: int
+
+
+def read_proc(pid: int) -> ProcInfo | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            text = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    f = text[text.rfind(")") + 2:].split()
+    if len(f) < 22:
+        return None
+    return ProcInfo(pid=pid, ppid=int(f[1]), session=int(f[3]), state=f[0],
+                    cpu_ticks=int(f[11]) + int(f[12]) + int(f[13]) + int(f[14]),
+                    rss_pages=int(f[21]), start_ticks=int(f[19]))
+
+
+def process_tree(root: int) -> list[ProcInfo]:
+    """The living processes of ``root``'s tree: those in the session it leads (a job
+    started with ``start_new_session``) and every descendant of ``root``, whichever
+    session it moved to. Zombies (ended, not yet reaped) are left out."""
+    procs = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if name.isdigit():
+            info = read_proc(int(name))
+            if info is not None and info.state not in ("Z", "X"):
+                procs[info.pid] = info
+    children: dict[int, list[int]] = {}
+    for info in procs.values():
+        children.setdefault(info.ppid, []).append(info.pid)
+    members = {pid for pid, info in procs.items() if info.session == root}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if pid in procs:
+            members.add(pid)
+        todo.extend(c for c in children.get(pid, ()) if c not in members)
+    return [procs[pid] for pid in sorted(members)]
+
+
+class TreeStats:
+    """:class:`ProcStats`' three readings for a job ampcert does not run itself: the
+    summed RSS and CPU time of the job's whole process tree (:func:`process_tree`,
+    one pass over /proc a sample), and the system's CPU use."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self._tick = os.sysconf("SC_CLK_TCK")
+        self._sys = ProcStats()
+        self._tree: list[ProcInfo] = []
+        self._ticks: dict[tuple[int, int], int] = {}  # (pid, start) -> cpu ticks at the last sample
+        self._last_t = time.perf_counter()
+        self.peak_rss = 0
+        self.peak_processes = 0
+
+    def rss(self) -> int:
+        self._tree = process_tree(self.root)
+        total = sum(p.rss_pages for p in self._tree) * self._page
+        self.peak_rss = max(self.peak_rss, total)
+        self.peak_processes = max(self.peak_processes, len(self._tree))
+        return total
+
+    def cpu_process_pct(self) -> float | None:
+        """CPU time of the tree's processes since the last sample over wall time (100 = one core)."""
+        now = time.perf_counter()
+        ticks = {(p.pid, p.start_ticks): p.cpu_ticks for p in self._tree}
+        used = sum(t - self._ticks.get(key, 0) for key, t in ticks.items())
+        wall, self._last_t, self._ticks = now - self._last_t, now, ticks
+        return 100.0 * used / self._tick / wall if wall > 0 else None
+
+    def cpu_system_pct(self) -> float | None:
+        return self._sys.cpu_system_pct()
+
+    def close(self) -> None:
+        self._sys.close()
+
+
 def peak_rss_bytes() -> int:
     """The process's lifetime peak resident set (getrusage ru_maxrss)."""
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -225,14 +317,16 @@ class HostSource:
     # it is not integrated point by point; energy comes from the counter.
     power_is_interval_mean = True
 
-    def __init__(self, name: str = "host", powercap_root: str | Path = POWERCAP_ROOT):
+    def __init__(self, name: str = "host", powercap_root: str | Path = POWERCAP_ROOT, *,
+                 tree: TreeStats | None = None):
         self.name = name
         self.rapl = RaplReader(powercap_root)
         self.reasons: dict[str, str] = {}
         self._last: tuple[float, float] | None = None  # (time, joules) at the last sample
-        self._stats: ProcStats | _PsutilStats | None = None
+        self._stats: ProcStats | _PsutilStats | TreeStats | None = tree
+        self.tree = tree
         errors = []
-        for kind in (ProcStats, _PsutilStats):
+        for kind in (ProcStats, _PsutilStats) if tree is None else ():
             try:
                 self._stats = kind()
                 break
@@ -252,14 +346,21 @@ class HostSource:
             "power_method": ("RAPL package energy delta / time between consecutive samples"
                              if self.rapl.available else None),
             "energy_method": self.rapl.method if self.rapl.available else None,
-            "memory_method": ("resident set size of this process, sampled "
-                              + ("(/proc/<pid>/statm)" if isinstance(self._stats, ProcStats) else "(psutil)")
-                              + ", and getrusage ru_maxrss"),
-            "cpu_method": ("cpu_process_pct: this process's CPU time (time.process_time) over wall time, 100 = one core; "
+            "memory_method": self._memory_method(),
+            "cpu_method": ("cpu_process_pct: " + ("the job's process tree's" if isinstance(self._stats, TreeStats)
+                                                  else "this process's") + " CPU time (time.process_time) over wall time, 100 = one core; "
                            "cpu_system_pct: busy share of all CPUs "
                            + ("(/proc/stat)" if isinstance(self._stats, ProcStats) else "(psutil)")),
             "rapl_domains": [d.zone for d in self.rapl.domains],
         }
+
+    def _memory_method(self) -> str:
+        if isinstance(self._stats, TreeStats):
+            return ("resident set size summed over the job's process tree (its session and every "
+                    "descendant), sampled from /proc/<pid>/stat; memory shared between them counts once per process")
+        return ("resident set size of this process, sampled "
+                + ("(/proc/<pid>/statm)" if isinstance(self._stats, ProcStats) else "(psutil)")
+                + ", and getrusage ru_maxrss")
 
     def energy_j(self, t: float) -> float | None:
         j = self.rapl.read()

@@ -94,7 +94,7 @@ class Telemetry:
               gpus: Sequence[int | str] | None = None, framework_memory: FrameworkMemory = None,
               phase: str = "init", nvml: Any = None,
               powercap_root: str | Path = POWERCAP_ROOT,
-              env: Mapping[str, str] | None = None) -> Telemetry:
+              env: Mapping[str, str] | None = None, host: HostSource | None = None) -> Telemetry:
         """Open the sources and start sampling in ``phase``.
 
         ``device``: "cpu" or "cuda". ``gpus``: the GPUs the run uses, as CUDA
@@ -104,8 +104,9 @@ class Telemetry:
         method[, reason]}}``, read at :meth:`stop`, e.g.
         :func:`ampcert.telemetry.torch_cuda_memory`. ``nvml``, ``powercap_root``
         and ``env`` replace the real pynvml module, /sys/class/powercap and
-        os.environ (for tests)."""
-        sources: list[Any] = [HostSource(powercap_root=powercap_root)]
+        os.environ (for tests). ``host``: the host source, where it is not this
+        process (a job's process tree: ``HostSource(tree=TreeStats(pid))``)."""
+        sources: list[Any] = [host or HostSource(powercap_root=powercap_root)]
         notes: list[str] = []
         session = None
         unresolved: list[dict[str, Any]] = []
@@ -157,9 +158,14 @@ class Telemetry:
         if self._summary is not None:
             return self._summary
         self.close()
+        tree = getattr(self.sources[0], "tree", None) if self.sources else None
         extra: dict[str, Any] = {"host.ru_maxrss": {
             "value": float(peak_rss_bytes()), "unit": "bytes",
             "method": "getrusage ru_maxrss: the process's lifetime peak RSS (includes the framework)"}}
+        if tree is not None:  # a job's tree: ampcert's own peak would say nothing about it
+            extra = {"host.tree_peak_rss": {
+                "value": float(tree.peak_rss), "unit": "bytes",
+                "method": "the largest sampled sum of RSS over the job's process tree"}}
         for fm in (self._framework_memory, framework_memory):
             if fm is None:
                 continue

@@ -48,7 +48,7 @@ class WorkloadEntry(Protocol):
     it; the registry sits below the suite model and never imports it."""
 
     @property
-    def workload(self) -> str: ...
+    def workload(self) -> str | None: ...  # None: a command entry (a team's own job)
 
     @property
     def params(self) -> Mapping[str, Any]: ...
@@ -117,9 +117,15 @@ def validate_entry(entry: WorkloadEntry, where: str) -> None:
             raise UserError(f"{where}: data: {exc}") from None
 
 
+def _name(entry: WorkloadEntry) -> str:
+    if entry.workload is None:
+        raise UserError("a `command` entry runs a team's own job, not one of ampcert's workloads")
+    return entry.workload
+
+
 def get_for(entry: WorkloadEntry, where: str) -> Workload:
     try:
-        return get(entry.workload)
+        return get(_name(entry))
     except UserError as exc:
         raise UserError(f"{where}: {exc}") from None
 
@@ -128,6 +134,6 @@ def resolve(entry: WorkloadEntry) -> tuple[dict[str, Any], Budget]:
     """The entry's params with the workload's defaults filled in (so that a
     default changing in a later release changes the run id too), and the
     workload's declared budget for those params."""
-    workload = get(entry.workload)
+    workload = get(_name(entry))
     params = workload.Params.model_validate(entry.params)
     return params.model_dump(mode="json"), workload.default_budget(params)

@@ -1,0 +1,302 @@
+"""A command workload in flight: a team's own training job, run, watched and read.
+
+The local executor's contract, as for a worker process and for torchrun
+(:class:`~ampcert.runner.local_executor.RunningRun`), so every executor runs
+command jobs (on a Ray or Slurm node, the node's own local executor does):
+
+- **start**: the argv and ``env`` rendered with the run's fields
+  (:mod:`ampcert.command`), the job started in a session (process group) of
+  its own, in its ``cwd``, with ``AMPCERT_*`` variables and, on a CPU run,
+  no GPU; its stdout and stderr go to ``runs/<id>/stdout.txt`` and
+  ``stderr.txt``. Telemetry samples around it from this process: RAPL, the
+  RSS and CPU time of the job's whole process tree, NVML on the GPUs it was
+  given.
+- **events**: the MLLOG the job appends is read as it grows: run_start,
+  eval_start and eval_stop move the telemetry's phase (to within one poll,
+  0.25 s), each eval_accuracy is a progress event.
+- **ended**: the job exited, or passed its timeout (then its whole tree is
+  ended: SIGTERM, two seconds' grace, SIGKILL).
+- **finish**: processes the job left behind are ended, and make the run
+  fail; then its log is read strictly (:mod:`ampcert.mllog_reader`) into the
+  result (:func:`ampcert.backends.command.outcome`), or the run fails with
+  the one reason: the command not found, a non-zero exit (with the last
+  line of its stderr), no log, a log cut short, no run_stop, a timeout.
+- **stop** (ampcert interrupted): the tree is ended, the run stays pending
+  without a result, and ``--resume`` reruns it.
+
+What is not caught: a job that is SIGKILLed along with ampcert outlives it
+(nothing is left to end it); a process that leaves the job's session *and*
+its tree (a daemon that double-forks and calls setsid) is not the job's any
+more as far as /proc can tell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from ampcert import mllog
+from ampcert.command import job_environment, job_values, render
+from ampcert.results import FailureKind, ResultsDir, RunResult, atomic_write_json
+from ampcert.runner import signals
+from ampcert.runner.code_identity import job_source
+from ampcert.runner.procs import end_tree
+from ampcert.spec import RunSpec
+from ampcert.telemetry.host import HostSource, TreeStats, process_tree
+from ampcert.version import __version__
+
+STDOUT_NAME, STDERR_NAME = "stdout.txt", "stderr.txt"
+# Seconds between SIGTERM and SIGKILL when a job is ended.
+GRACE_S = 2.0
+# The telemetry phase each MLLOG interval event begins.
+_PHASE_AFTER = {mllog.RUN_START: "train", mllog.EVAL_START: "eval", mllog.EVAL_STOP: "train", mllog.RUN_STOP: "done"}
+
+
+def _last_line(path: Path, limit: int = 240) -> str | None:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(max(path.stat().st_size - 8192, 0))
+            lines = [ln.strip() for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return None
+    if not lines:
+        return None
+    line = " ".join(lines[-1].split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+class _LogTail:
+    """MLLOG events appended since the last read, leniently (progress only; the result
+    reads the whole log strictly once the job is over)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        events = []
+        for raw in lines:
+            line = raw.decode("utf-8", "replace")
+            at = line.find(mllog.PREFIX)
+            if at < 0:
+                continue
+            try:
+                event = json.loads(line[at + len(mllog.PREFIX):])
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                events.append(event)
+        return events
+
+
+class _Tree:
+    """What a second signal during shutdown kills (signals.watch_worker): the job's tree."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def kill(self) -> None:
+        end_tree(self.pid, grace_s=0.0)
+
+
+class CommandRun:
+    """One command job in flight (see the module docstring)."""
+
+    def __init__(self, spec: RunSpec, root: Path):
+        assert spec.command is not None, "a command entry's run"
+        self.spec = spec
+        self.job = spec.command
+        self.root = root
+        self.rd = ResultsDir(root)
+        self.proc: subprocess.Popen | None = None
+        self.telemetry: Any = None
+        self.launch_error: str | None = None
+        self.timed_out = False
+        self.argv: list[str] = []
+        self._files: list[IO[bytes]] = []
+
+    # -- RunningRun ------------------------------------------------------------
+
+    def start(self) -> None:
+        from ampcert.runner.worker import now_iso
+
+        spec, rd = self.spec, self.rd
+        run_dir = rd.run_dir(spec.run_id)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        # A redone run starts afresh: this attempt's files only.
+        for name in (rd.result_file(spec.run_id), rd.mllog_file(spec.run_id), rd.telemetry_file(spec.run_id),
+                     run_dir / STDOUT_NAME, run_dir / STDERR_NAME, run_dir / "error.txt"):
+            name.unlink(missing_ok=True)
+        self.log_path = rd.mllog_file(spec.run_id)
+        values = job_values(precision=spec.precision, seed=spec.seed, amp=spec.amp, run_dir=run_dir,
+                            mllog=self.log_path, run_id=spec.run_id, device=spec.device, repeat=spec.repeat,
+                            label=spec.label)
+        self.argv = [render(a, values) for a in self.job.argv]
+        env = job_environment(dict(os.environ), self.job, values)
+        self.tail = _LogTail(self.log_path)
+        self.source = job_source(Path(self.job.workdir or "."), self.job.argv)
+        self.started_at = now_iso()
+        self.spawned = time.time()
+        self.deadline = time.monotonic() + spec.timeout_s
+        out = (run_dir / STDOUT_NAME).open("wb")
+        err = (run_dir / STDERR_NAME).open("wb")
+        self._files = [out, err]
+        try:
+            # Not under signals.deferred(): the job would inherit the blocked mask.
+            self.proc = subprocess.Popen(self.argv, cwd=self.job.workdir, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=out, stderr=err, start_new_session=True)
+        except OSError as exc:
+            self.launch_error = (f"cannot start the command {self.argv[0]!r}"
+                                 f" (in {self.job.workdir}): {exc.strerror or exc}")
+            self._close_files()
+            return
+        signals.watch_worker(_Tree(self.proc.pid))
+        self.telemetry = _start_telemetry(spec, self.proc.pid)
+
+    def events(self, wait_s: float) -> list[dict[str, Any]]:
+        found = self._read_log()
+        if not found and wait_s > 0 and self.proc is not None and self.proc.poll() is None:
+            time.sleep(wait_s)
+            found = self._read_log()
+        return found
+
+    def ended(self) -> bool:
+        if self.proc is None or self.proc.poll() is not None:
+            return True
+        if time.monotonic() > self.deadline:
+            self.timed_out = True
+            end_tree(self.proc.pid, GRACE_S)
+            self.proc.wait()
+            return True
+        return False
+
+    def finish(self) -> RunResult:
+        from ampcert.backends import command as reading
+        from ampcert.runner.worker import now_iso
+
+        spec, rd = self.spec, self.rd
+        left: list[int] = []
+        if self.proc is not None:
+            self.proc.wait()
+            left = [p.pid for p in process_tree(self.proc.pid)]
+            if left:
+                end_tree(self.proc.pid, GRACE_S)
+            self._read_log()
+        signals.watch_worker(None)
+        self._close_files()
+        wall_s = time.time() - self.spawned
+        reason = self._failure(left)
+        failure = FailureKind.TIMEOUT if self.timed_out else FailureKind.ERROR
+        trained: dict[str, Any] = {"accelerated": spec.accelerated, "capability_note": spec.capability_note}
+        phases = None
+        if reason is None:
+            try:
+                outcome = reading.outcome(spec, self.log_path, self.telemetry, argv=self.argv,
+                                          returncode=self.proc.returncode if self.proc else None,
+                                          spawned=self.spawned,
+                                          environment={"ampcert": __version__, "code": self.source})
+            except reading.JobFailed as exc:
+                reason = str(exc)
+            else:
+                self.telemetry = None
+                trained = outcome.trained_fields()
+                if outcome.telemetry_series is not None:
+                    try:
+                        trained["telemetry"]["series_file"] = outcome.telemetry_series.write(
+                            rd.telemetry_file(spec.run_id)).name
+                    except OSError as exc:
+                        trained["telemetry"]["notes"].append(f"series not written: {exc}")
+                phases = reading.phases(outcome, wall_s)
+        if self.telemetry is not None:
+            self.telemetry.close()
+        result = RunResult(
+            run_id=spec.run_id, spec=spec, status="completed" if reason is None else "failed", reason=reason,
+            failure=None if reason is None else failure, started_at=self.started_at, finished_at=now_iso(),
+            wall_s=wall_s, phases=phases, **trained,
+        )
+        atomic_write_json(rd.result_file(spec.run_id), result)
+        return result
+
+    def stop(self) -> None:
+        """End the job's whole tree, unfinished: the run stays without a result, pending."""
+        if self.proc is not None:
+            end_tree(self.proc.pid, GRACE_S)
+            self.proc.wait()
+        signals.watch_worker(None)
+        if self.telemetry is not None:
+            self.telemetry.close()
+            self.telemetry = None
+        self._close_files()
+
+    # -- the pieces --------------------------------------------------------------
+
+    def _failure(self, left: list[int]) -> str | None:
+        """Why the job failed, before its log is read (None: it exited 0 and alone)."""
+        run_dir = self.rd.run_dir(self.spec.run_id)
+        if self.launch_error is not None:
+            return self.launch_error
+        assert self.proc is not None
+        if self.timed_out:
+            return f"timeout: the job ran past {self.spec.timeout_s} s; its process tree was ended"
+        code = self.proc.returncode
+        if code != 0:
+            how = (f"was killed by signal {-code}" if code < 0 else f"exited with code {code}")
+            last = _last_line(run_dir / STDERR_NAME)
+            return f"the command {how}" + (f"; last line of {STDERR_NAME}: {last}" if last
+                                           else f"; see {STDERR_NAME} in the run's folder")
+        if left:
+            shown = ", ".join(map(str, left[:5])) + (" ..." if len(left) > 5 else "")
+            return (f"the job exited but left {len(left)} process(es) running (pid {shown}); they were ended. "
+                    "A job must wait for its children")
+        return None
+
+    def _read_log(self) -> list[dict[str, Any]]:
+        out = []
+        tel = self.telemetry
+        for event in self.tail.read():
+            key = event.get("key")
+            phase = _PHASE_AFTER.get(str(key))
+            if tel is not None and phase is not None:
+                try:
+                    tel.phase(phase)
+                except RuntimeError:  # sampling already stopped
+                    pass
+            if key == mllog.EVAL_ACCURACY and isinstance(event.get("value"), (int, float)):
+                meta = event.get("metadata")
+                samples = meta.get("samples_count") if isinstance(meta, dict) else None
+                out.append({"step": samples if isinstance(samples, int) else 0, "metric": float(event["value"]),
+                            "loss": None})
+        return out
+
+    def _close_files(self) -> None:
+        for fh in self._files:
+            fh.close()
+        self._files = []
+
+
+def _start_telemetry(spec: RunSpec, pid: int) -> Any:
+    """The sampler around a job: the host through its process tree, and on cuda the GPUs
+    it was given (CUDA_VISIBLE_DEVICES, as ordinals)."""
+    from ampcert.telemetry import Telemetry
+
+    gpus: list[int | str] | None = None
+    if spec.device == "cuda":
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        count = len([v for v in visible.split(",") if v.strip()]) if visible else 1
+        gpus = list(range(max(count, 1)))
+    return Telemetry.start(device=spec.device, rate_hz=spec.telemetry_rate_hz, gpus=gpus,
+                           host=HostSource(tree=TreeStats(pid)), phase="init")
