@@ -126,3 +126,30 @@ def fingerprint() -> dict[str, Any]:
         "gpu": gpu_info(),
         "packages": package_versions(),
     }
+
+
+def software_stack(fingerprint: dict[str, Any], tool: str = "") -> dict[str, str]:
+    """The software a night ran on, by name, from its plan's fingerprint (and the ``tool``
+    that planned it, ``ampcert X``): torch, JAX, CUDA, the NVIDIA driver, ampcert, and
+    each command job's commit (``code_jobs``). Names a plan does not record are left out."""
+    def text(value: Any) -> str | None:
+        return str(value) if isinstance(value, (str, int, float)) and str(value) else None
+
+    packages = fingerprint.get("packages") if isinstance(fingerprint.get("packages"), dict) else {}
+    gpu = fingerprint.get("gpu") if isinstance(fingerprint.get("gpu"), dict) else {}
+    found = {"torch": text(packages.get("torch")), "jax": text(packages.get("jax")),
+             "CUDA": text(gpu.get("torch_cuda")), "driver": text(gpu.get("driver")),
+             "ampcert": text(tool.removeprefix("ampcert ").strip())}
+    jobs = fingerprint.get("code_jobs") if isinstance(fingerprint.get("code_jobs"), dict) else {}
+    for label, source in sorted(jobs.items()):
+        git = source.get("git") if isinstance(source, dict) and isinstance(source.get("git"), dict) else {}
+        if text(git.get("commit")):
+            found[f"job {label} commit"] = str(git["commit"])[:12] + ("+dirty" if git.get("dirty") else "")
+    return {k: v for k, v in found.items() if v}
+
+
+def stack_changes(before: dict[str, str], now: dict[str, str]) -> list[str]:
+    """One phrase per name whose value differs (a name only one side records is not a
+    difference, but for a job, which one side may not have run)."""
+    keys = [k for k in sorted(set(before) | set(now)) if (k in before and k in now) or k.startswith("job ")]
+    return [f"{k} {before.get(k, 'absent')} -> {now.get(k, 'absent')}" for k in keys if before.get(k) != now.get(k)]

@@ -381,3 +381,5 @@ def print_history_gate(console: Console, result) -> None:
                           markup=False, highlight=False, soft_wrap=True)
     else:
         console.print("PASS: no regression in the history")
+    for note in result.notes:
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)

@@ -16,6 +16,7 @@ from typing import Literal
 
 from ampcert.certify.checks import Certificate
 from ampcert.configio import parse_model
+from ampcert.envinfo import stack_changes
 from ampcert.errors import UserError
 from ampcert.gate.result import SourceInfo
 from ampcert.results import ResultsDir, RunResult, load
@@ -65,10 +66,7 @@ def stack(runs: list[RunResult], plan_environment: dict | None = None, plan_code
 def stack_differences(baseline: Source, candidate: Source) -> list[str]:
     """One phrase per stack entry that differs between the two sides."""
     b, c = baseline.stack, candidate.stack
-    # A name one side does not record (results from before it was recorded) is not a difference;
-    # a job on one side only is.
-    keys = [k for k in sorted(set(b) | set(c)) if (k in b and k in c) or k.startswith("job ")]
-    return [f"{k} {b.get(k, 'unknown')} -> {c.get(k, 'unknown')}" for k in keys if b.get(k) != c.get(k)]
+    return stack_changes(b, c)
 
 
 def load_source(path: str | Path) -> Source:

@@ -17,6 +17,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ampcert.envinfo import software_stack, stack_changes
 from ampcert.errors import UserError
 from ampcert.history.changepoints import DEFAULT_MIN_EFFECT, DEFAULT_WINDOW, judge
 from ampcert.history.records import Night
@@ -52,6 +53,7 @@ class HistoryGate:
     night: str
     in_store: bool
     rows: list[SeriesRow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[SeriesRow]:
@@ -101,6 +103,12 @@ def gate_night(store: Store, night: Night, *, window: int = DEFAULT_WINDOW, min_
                         f"{store.url}: add past nights first (`ampcert history add DIR`)")
     in_store = any(n.digest == night.digest for n in nights)
     result = HistoryGate(store.url, night.suite, night.machine, night.created_at, in_store)
+    before = [n for n in nights if n.digest != night.digest and n.created_at <= night.created_at]
+    if before:  # what changed in the software since the night before, beside the verdict
+        changed = stack_changes(store.stack(before[-1].digest), software_stack(night.fingerprint, night.tool))
+        if changed:
+            result.notes.append(f"environment differs from the night before ({before[-1].created_at}): "
+                                f"{'; '.join(changed)}")
     margins = accuracy_margins or {}
     for p in night.points:
         series = [s for s in store.series(night.suite, night.machine, p.subject, p.metric)
@@ -131,6 +139,7 @@ def to_markdown(gate: HistoryGate) -> str:
         change = f"{r.change:+.1%}" if r.change is not None else ""
         lines.append(f"| {r.subject} | {r.metric} | {r.nights} | {status} | {r.value:.4g} | {change} | "
                      f"{r.change_night or ''} |")
+    lines += ["", *(f"_note: {n}_" for n in gate.notes)] if gate.notes else []
     return "\n".join(lines) + "\n"
 
 

@@ -145,7 +145,9 @@ def read_night(folder: str | Path, machine: str | None = None) -> Night:
     if not results.runs:
         raise UserError(f"{root}: no run results to record")
     raw = rd.plan_file.read_bytes()
-    fingerprint: dict[str, Any] = plan.environment or {}
+    fingerprint: dict[str, Any] = dict(plan.environment or {})
+    if plan.code and isinstance(plan.code.get("jobs"), dict):  # each command job's commit, for the gate's notes
+        fingerprint["code_jobs"] = plan.code["jobs"]
     certificate = None
     verdicts: list[VerdictRecord] = []
     if rd.verdicts_file.exists():

@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ampcert.envinfo import software_stack
 from ampcert.errors import UserError
 from ampcert.history.records import Night
 from ampcert.vocabulary import Subject
@@ -204,6 +205,18 @@ class Store:
         with self._transaction() as cur:
             rows = self._execute(cur, query + " ORDER BY created_at, digest", params).fetchall()
         return [NightRow(*row) for row in rows]
+
+    def stack(self, digest: str) -> dict[str, str]:
+        """The software the night ``digest`` ran on (envinfo.software_stack), {} if unknown."""
+        with self._transaction() as cur:
+            row = self._execute(cur, "SELECT tool, fingerprint FROM nights WHERE digest = ?", (digest,)).fetchone()
+        if row is None:
+            return {}
+        try:
+            fingerprint = json.loads(row[1])
+        except ValueError:
+            return {}
+        return software_stack(fingerprint if isinstance(fingerprint, dict) else {}, str(row[0] or ""))
 
     def series(self, suite: str, machine: str, subject: Subject, metric: str) -> list[SeriesPoint]:
         """One metric of one subject, night by night (oldest first)."""

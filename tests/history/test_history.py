@@ -210,3 +210,19 @@ def test_the_page_and_the_plot_show_the_series_and_its_change_point(tmp_path):
     with pytest.raises(UserError, match="^metric speed: expected one of") as bad:  # the API's words
         session.history_plot(tmp_path / "x.svg", store=store, metric="speed")
     assert bad.value.as_option() == f"--metric speed: {bad.value.detail}"  # the CLI's
+
+
+def test_the_gate_names_what_changed_in_the_software_since_the_night_before(tmp_path):
+    store = str(tmp_path / "h.sqlite")
+    folders = history(tmp_path, [1.0] * 4)
+    for i, (torch, commit) in enumerate([("2.13.0", "a" * 40)] * 3 + [("2.14.1", "b" * 40)]):
+        data = json.loads((folders[i] / "plan.json").read_text())
+        data["environment"]["packages"] = {"torch": torch}
+        data["tool"] = "ampcert 0.4.0"
+        data["code"] = {"jobs": {"bert": {"git": {"commit": commit, "dirty": False}}}}
+        (folders[i] / "plan.json").write_text(json.dumps(data))
+    session.history_add(folders[:3], store=store)
+    assert session.gate_history(folders[2], store=store).notes == []  # the same stack as the night before
+    (note,) = session.gate_history(folders[3], store=store).notes
+    assert "torch 2.13.0 -> 2.14.1" in note and f"job bert commit {'a' * 12} -> {'b' * 12}" in note
+    assert "ampcert" not in note
