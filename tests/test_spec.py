@@ -57,7 +57,8 @@ def test_explicit_default_param_gives_same_id(write_suite):
         ("name: t\nprecisions: [fp4]\nworkloads: [{workload: digits}]\n", "precisions[0]: got 'fp4'"),
         ("name: t\ntrain: {steps: -3}\nworkloads: [{workload: digits}]\n", "train.steps: Input should be greater than 0"),
         ("name: t\nworkloads: [{workload: digits}, {workload: digits}]\n", "duplicate workload entry 'digits'"),
-        ("name: t\nworkloads: [{workload: digits, params: {wdith: 3}}]\n", "params: wdith: unknown field"),
+        ("name: t\nworkloads: [{workload: digits, params: {wdith: 3}}]\n",
+         "params: wdith: unknown parameter; did you mean `width`?"),
         ("name: t\nworkloads: [{workload: digits}]\nbogus: 1\n", "bogus: unknown field"),
         ("name: t\ntrain: {target: 0.9}\nworkloads: [{workload: digits}]\n", "a `target` needs a `max_steps` cap"),
         ("name: t\nworkloads: []\n", "workloads: List should have at least 1 item"),
@@ -116,3 +117,80 @@ def test_unaccelerated_skip_and_cap_policies():
     by_prec = {r.precision: r for r in apply_capabilities(suite, expand(suite, "cpu"), CAPS)}
     assert by_prec["fp16"].train.steps == 50 and "capped at 50" in by_prec["fp16"].capability_note
     assert by_prec["fp32"].train.steps == 400
+
+
+# --------------------------------------------------------------------------- messages that help
+
+
+@pytest.mark.parametrize("text, where, close, fields", [
+    # `precision:` for `precisions:`, at the top and in an entry: the closest field, and every valid one
+    ("name: t\nprecision: [bf16]\nworkloads: [{workload: digits}]\n", ": precision: unknown field",
+     "precisions", ["name", "precisions", "seeds", "workloads", "certify"]),
+    ("name: t\nworkloads: [{workload: digits, precision: [fp32, bf16]}]\n",
+     "workloads[0](digits).precision: unknown field", "precisions", ["workload", "params", "train", "seeds"]),
+    ("name: t\nworkloads: [{workload: digits, train: {stepz: 5}}]\n", "train.stepz: unknown field", "steps",
+     ["steps", "target", "max_steps", "eval_every"]),
+    # a misspelled field is named even where pydantic first reports the field it left missing
+    ("name: t\nworkloads: [{workload: digits, torchrun: {nproc: 2}}]\n", "torchrun.nproc: unknown field",
+     "nproc_per_node", ["nproc_per_node", "nnodes"]),
+])
+def test_a_misspelled_field_names_the_closest_one_and_the_valid_fields(write_suite, text, where, close, fields):
+    with pytest.raises(UserError) as info:
+        load_suite(write_suite(text))
+    message = str(info.value)
+    assert "\n" not in message and where in message, message
+    assert f"did you mean `{close}`?" in message, message
+    listed = message.split("valid fields: ", 1)[1]
+    assert all(f in listed.split(")")[0].split(", ") for f in fields), message
+
+
+def test_an_unknown_workload_parameter_lists_the_workload_s_parameters(write_suite):
+    from ampcert.workloads.digits import DigitsParams
+
+    with pytest.raises(UserError) as info:
+        load_suite(write_suite("name: t\nworkloads: [{workload: digits, params: {size: tiny}}]\n"))
+    message = str(info.value)
+    assert "workloads[0](digits).params: size: unknown parameter" in message, message
+    assert f"(the parameters of workload digits: {', '.join(DigitsParams.model_fields)})" in message, message
+    with pytest.raises(UserError, match="did you mean `size`"):
+        load_suite(write_suite("name: t\nworkloads: [{workload: gpt, params: {sise: tiny}}]\n"))
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("name: t\nprecisions: bf16\nworkloads: [{workload: digits}]\n",
+     "precisions: expected a list, got 'bf16'; write [bf16] for a list of one"),
+    ("name: t\nworkloads: [{workload: digits, precisions: bf16}]\n", "precisions: expected a list, got 'bf16'"),
+    ("name: t\nseeds: 3\nworkloads: [{workload: digits}]\n", "seeds: expected a list, got 3"),
+    ("name: t\ntrain: {steps: ten}\nworkloads: [{workload: digits}]\n",
+     "train.steps: expected a whole number, got 'ten'"),
+    ("name: t\ntrain: 5\nworkloads: [{workload: digits}]\n", "train: expected a mapping (key: value), got 5"),
+    ("name: [a]\nworkloads: [{workload: digits}]\n", "name: expected text, got a list"),
+    ("name: t\nworkloads: [{workload: digits, loss_scaling: maybe}]\n",
+     "loss_scaling: expected true or false, got 'maybe'"),
+    ("name: t\ntimeout_s: null\nworkloads: [{workload: digits}]\n", "timeout_s: expected a whole number, got nothing"),
+    ("name: t\nworkloads: [{workload: digits, params: {lr: fast}}]\n", "params: lr: expected a number, got 'fast'"),
+    ("name: t\nlauncher: torchrn\nworkloads: [{workload: digits}]\n",
+     "launcher: got 'torchrn', expected 'process' or 'torchrun'; did you mean 'torchrun'?"),
+    ("name: t\ntorchrun: {nnodes: 2}\nworkloads: [{workload: digits}]\n", "nproc_per_node: required, but missing"),
+])
+def test_a_value_of_the_wrong_type_is_said_in_plain_words(write_suite, text, expected):
+    with pytest.raises(UserError) as info:
+        load_suite(write_suite(text))
+    message = str(info.value)
+    assert expected in message, message
+    assert "Input should" not in message and "valid" not in message and "Field required" not in message, message
+
+
+def test_a_mistyped_policy_name_lists_the_shipped_ones(write_suite):
+    from ampcert.amp.policy import POLICY_DIR, shipped_policy_names
+
+    with pytest.raises(UserError) as info:
+        load_suite(write_suite("name: t\namp: ampcert\npolicy: torch-cpuu\nworkloads: [{workload: digits}]\n"))
+    message = str(info.value)
+    assert ": policy: no shipped policy is called 'torch-cpuu'; did you mean 'torch-cpu'?" in message, message
+    assert f"shipped: {', '.join(shipped_policy_names())}" in message and "torch-cuda" in message, message
+    assert str(POLICY_DIR) not in message and "site-packages" not in message, message  # no path the user never typed
+    with pytest.raises(UserError) as info:
+        load_suite(write_suite("name: t\namp: ampcert\npolicy: mine/policy.yaml\nworkloads: [{workload: digits}]\n"))
+    assert "mine/policy.yaml: expected an existing policy file, not found" in str(info.value)
+    assert str(POLICY_DIR) not in str(info.value)

@@ -276,11 +276,18 @@ def _resolve_ref(ref: str | Path, base_dir: Path | None) -> Path:
     for c in candidates:
         if c.is_file():
             return c.resolve()
-    shown = candidates[0]
-    raise PolicyError(
-        f"{shown}: file: expected an existing policy file or a shipped policy name "
-        f"{list(shipped_policy_names())}, got {text!r}"
-    )
+    # In the words the user wrote, never a path inside the installation: a mistyped
+    # shipped name gets the closest one and the list of them.
+    names = shipped_policy_names()
+    shipped = f"shipped: {', '.join(names)}"
+    if looks_like_path:
+        found = ", found a folder" if any(c.is_dir() for c in candidates) else ", not found"
+        raise PolicyError(f"{text}: expected an existing policy file{found} (or a shipped policy's name; {shipped})")
+    from difflib import get_close_matches
+
+    close = get_close_matches(text, names, n=1)
+    raise PolicyError(f"no shipped policy is called {text!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+                      + f" ({shipped}; or give the path of a policy file, such as my-policy.yaml)")
 
 
 def _load_file(path: Path, chain: tuple[Path, ...]) -> OpPolicy:

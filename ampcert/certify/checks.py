@@ -110,8 +110,19 @@ def _failed(runs: list[RunResult]) -> list[dict[str, Any]]:
 
 
 def _budgets_differ(group: _Group) -> list[str]:
+    """The subject's runs trained on another budget than its FP32 reference's (capped);
+    none where there is no FP32 run to differ from (see :func:`_no_fp32`)."""
+    if not group.ref:
+        return []
     ref_budgets = {r.spec.budget_key() for r in group.ref}
     return [r.run_id for r in group.primary if r.spec.budget_key() not in ref_budgets]
+
+
+def _no_fp32(rule: R.RuleModel, group: _Group) -> Verdict:
+    """INCONCLUSIVE for a check that compares with FP32 where the entry ran none (nothing
+    was capped: there is nothing to compare with)."""
+    return _verdict(rule, group, Status.INCONCLUSIVE, "no fp32 runs of this entry to compare with: add fp32 "
+                    "to the suite's precisions", reference="fp32")
 
 
 def _capped_summary(group: _Group, capped: list[str], why: str) -> str:
@@ -176,6 +187,8 @@ def check_accuracy_parity(rule: R.AccuracyParity, g: _Group) -> Verdict | None:
         f = failed[0]
         return _verdict(rule, g, Status.FAIL, f"{len(failed)} run(s) failed, e.g. seed {f['seed']}: {f['reason']}",
                         failed_runs=failed, margin=margin)
+    if not ref_runs:
+        return _no_fp32(rule, g)
     capped = _budgets_differ(g)
     if capped:
         return _verdict(rule, g, Status.INCONCLUSIVE, _capped_summary(g, capped, ": final metrics are not comparable"),
@@ -206,6 +219,8 @@ def check_convergence(rule: R.Convergence, g: _Group) -> Verdict | None:
     if not g.primary or g.primary[0].spec.target is None:
         return None  # a fixed step budget has no target to converge to
     limit = rule.threshold(g.subject.workload, g.workload)
+    if not g.ref:
+        return _no_fp32(rule, g)
     capped = _budgets_differ(g)
     if capped:
         return _verdict(rule, g, Status.INCONCLUSIVE, _capped_summary(g, capped, ""), runs=capped)
@@ -385,6 +400,9 @@ def _ratio_check(rule, g: _Group, value: Callable[[RunResult], float | None], wh
     unaccelerated = [r.run_id for r in g.primary if not r.accelerated]
     required = rule.required and not unaccelerated
     note = {"advisory_because": f"{g.subject.precision} is not accelerated on this device"} if unaccelerated else {}
+    if not g.ref:
+        return _verdict(rule, g, Status.INCONCLUSIVE, "no fp32 runs of this entry to compare with: add fp32 to "
+                        "the suite's precisions", required=required, reference="fp32", **note)
     if not low or not ref:
         return _verdict(rule, g, Status.INCONCLUSIVE, f"no {what} measured for the precision or for FP32",
                         required=required, **note)

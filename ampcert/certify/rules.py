@@ -36,7 +36,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ampcert.amp.precision import LOW_PRECISIONS, Precision
 from ampcert.errors import UserError
-from ampcert.resources import config_path, from_label, require_shipped, shipped_label
+from ampcert.resources import (
+    SHIPPED_PREFIX,
+    config_path,
+    from_label,
+    require_shipped,
+    shipped_label,
+)
 
 RULES_DIR = config_path("rules")
 
@@ -250,6 +256,25 @@ def shipped_rule_names() -> list[str]:
     return sorted(p.stem for p in require_shipped(RULES_DIR).glob("*.yaml") if p.stem != "mllog")
 
 
+def _not_found(text: str, candidates: list[Path], *, named: bool) -> str:
+    """Why no rule pack was found, in the words the user wrote (never a path inside
+    the installation): a mistyped shipped name gets the closest one and the list."""
+    from difflib import get_close_matches
+
+    names = shipped_rule_names()
+    shipped = f"shipped: {', '.join(names)}"
+    if named:
+        close = get_close_matches(text, names, n=1)
+        return (f"rules: no shipped rule pack is called {text!r}"
+                + (f"; did you mean {close[0]!r}?" if close else "")
+                + f" ({shipped}; or give the path of a rule file, such as my-rules.yaml)")
+    if any(c.is_dir() for c in candidates):
+        return f"{text}: rules: expected a rule file (YAML), found a folder"
+    if text.startswith(SHIPPED_PREFIX):
+        return f"{text}: rules: not a rule pack shipped with this ampcert ({shipped})"
+    return f"{text}: rules: rule file not found (or give a shipped rule pack's name; {shipped})"
+
+
 def load_rules(ref: str | Path | None = None, base_dir: Path | None = None) -> RulePack:
     """A rule pack from a path or a shipped name (``default``, ``procurement``);
     raises UserError with one line on any problem."""
@@ -258,6 +283,7 @@ def load_rules(ref: str | Path | None = None, base_dir: Path | None = None) -> R
     text = str(ref or "default")
     candidates = []
     shipped = from_label(text)
+    named = False
     if shipped is not None:  # a pack as results record it: ampcert:configs/rules/<name>.yaml
         candidates.append(shipped)
     elif "/" in text or text.endswith((".yaml", ".yml")):
@@ -266,11 +292,11 @@ def load_rules(ref: str | Path | None = None, base_dir: Path | None = None) -> R
             candidates.append(base_dir / p)
         candidates.append(p)
     else:
+        named = True
         candidates.append(RULES_DIR / f"{text}.yaml")
     path = next((c for c in candidates if c.is_file()), None)
     if path is None:
-        raise UserError(f"{candidates[0]}: rules: expected an existing rule file or a shipped name "
-                        f"{shipped_rule_names()}, got {text!r}")
+        raise UserError(_not_found(text, candidates, named=named))
     try:
         raw = path.read_bytes()
         data = load_yaml(raw.decode("utf-8"))

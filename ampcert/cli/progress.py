@@ -29,7 +29,9 @@ class RunProgress:
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-            console=console, transient=True,
+            # Not a terminal (a pipe, a CI log): no bars, and none of rich's closing blank
+            # line (Progress.stop prints one there), which would stand before a run's error.
+            console=console, transient=True, disable=not console.is_interactive,
         )
         self.suite_task: Any = None
         self.run_tasks: dict[str, Any] = {}  # the runs under way (a fleet trains several at once)

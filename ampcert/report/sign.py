@@ -21,7 +21,9 @@ encodings of one payload both verify), then re-hashes every subject file
 beside the envelope. Any mismatch raises :class:`VerificationError` with the
 reason, and so does any envelope however made (a file above
 ``MAX_ENVELOPE_BYTES``, JSON nested deeper than ``MAX_DEPTH``, a field of the
-wrong type in the envelope or the statement): one line, never a traceback.
+wrong type in the envelope or the statement): one line, never a traceback. An
+envelope or subject file that cannot be read at all (not found, a folder, no
+permission) is a UserError: bad input, not a failed verification.
 """
 
 from __future__ import annotations
@@ -115,6 +117,19 @@ def keygen(path: str | Path, force: bool = False) -> tuple[Path, Path]:
     return private, public
 
 
+def cannot_read(path: Path, what: str, exc: OSError) -> UserError:
+    """The one line (exit 2) for a file that could not be read, in plain words: not
+    found, a folder, no permission, or the system's reason."""
+    shown = one_line(str(path))
+    if isinstance(exc, FileNotFoundError):
+        return UserError(f"{shown}: {what} not found")
+    if isinstance(exc, IsADirectoryError):
+        return UserError(f"{shown}: expected the {what} (a file), found a folder")
+    if isinstance(exc, PermissionError):
+        return UserError(f"{shown}: cannot read the {what}: permission denied")
+    return UserError(f"{shown}: cannot read the {what}: {one_line(exc.strerror or str(exc))}")
+
+
 def load_private_key(path: str | Path) -> tuple[Ed25519PrivateKey, list[str]]:
     """The key and warnings (a key file readable by others)."""
     p = Path(path)
@@ -123,7 +138,7 @@ def load_private_key(path: str | Path) -> tuple[Ed25519PrivateKey, list[str]]:
         mode = p.stat().st_mode
         data = p.read_bytes()
     except OSError as exc:
-        raise UserError(f"{p}: cannot read the private key ({type(exc).__name__})") from None
+        raise cannot_read(p, "private key", exc) from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         warnings.append(f"{p}: private key is accessible to other users (mode {stat.S_IMODE(mode):o}); "
                         f"chmod 600 {p}")
@@ -141,7 +156,7 @@ def load_public_key(path: str | Path) -> Ed25519PublicKey:
     try:
         key = serialization.load_pem_public_key(p.read_bytes())
     except OSError as exc:
-        raise UserError(f"{p}: cannot read the public key ({type(exc).__name__})") from None
+        raise cannot_read(p, "public key", exc) from None
     except (ValueError, TypeError) as exc:
         raise UserError(f"{p}: not a PEM public key ({exc})") from None
     if not isinstance(key, Ed25519PublicKey):
@@ -289,12 +304,21 @@ def _b64(text: Any, what: str) -> bytes:
 
 def _read_envelope(path: Path) -> bytes:
     """The envelope's bytes, refused above MAX_ENVELOPE_BYTES before any is parsed
-    (read with a bound, not by its stat size: a device or a growing file lies)."""
+    (read with a bound, not by its stat size: a device or a growing file lies).
+
+    An envelope that cannot be read at all (not found, a folder, no permission)
+    is bad input, a UserError (exit 2), not a verification failure."""
     try:
         with path.open("rb") as fh:
             raw = fh.read(MAX_ENVELOPE_BYTES + 1)
+    except IsADirectoryError as exc:
+        inside = path / ENVELOPE
+        if inside.is_file():
+            raise UserError(f"{one_line(str(path))}: is a folder; give its envelope, {one_line(str(inside))}") \
+                from None
+        raise cannot_read(path, "envelope", exc) from None
     except OSError as exc:
-        raise VerificationError(f"{one_line(str(path))}: cannot read ({type(exc).__name__})") from None
+        raise cannot_read(path, "envelope", exc) from None
     if len(raw) > MAX_ENVELOPE_BYTES:
         raise VerificationError(f"{one_line(str(path))}: larger than {MAX_ENVELOPE_BYTES >> 20} MiB; "
                                 "not an ampcert envelope")
@@ -361,7 +385,9 @@ def _predicate(st: dict[str, Any]) -> dict[str, Any]:
 
 def verify_envelope(envelope_path: str | Path, public_key: Ed25519PublicKey) -> Verified:
     """Verify the envelope at ``envelope_path`` with ``public_key``; any failure,
-    however the envelope was made, is a one-line :class:`VerificationError`."""
+    however the envelope was made, is a one-line :class:`VerificationError`. A file
+    that cannot be read at all (the envelope or a subject file: not found, a folder,
+    no permission) is a one-line UserError instead: nothing was checked."""
     path = Path(envelope_path)
     env = _json(_read_envelope(path), f"{one_line(str(path))}: not a JSON DSSE envelope")
     if not isinstance(env, dict) or set(env) != {"payload", "payloadType", "signatures"}:
@@ -404,8 +430,8 @@ def verify_envelope(envelope_path: str | Path, public_key: Ed25519PublicKey) -> 
             raise VerificationError(f"{one_line(str(file))}: subject file missing")
         try:
             actual = sha256_file(file)
-        except OSError as exc:
-            raise VerificationError(f"{one_line(str(file))}: cannot read ({type(exc).__name__})") from None
+        except OSError as exc:  # it is there, but cannot be read: bad input, not a mismatch
+            raise cannot_read(file, "signed report file", exc) from None
         if actual != digest:
             raise VerificationError(f"{one_line(str(file))}: sha256 {actual[:16]}… does not match "
                                     f"the signed {digest[:16]}…")

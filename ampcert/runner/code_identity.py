@@ -8,7 +8,9 @@ and ``--resume`` and ``merge`` hold a folder to it (one line, exit 2, naming
 what changed):
 
 - ampcert's version;
-- the resolved package list (every installed distribution, ``name==version``);
+- the resolved package list (every installed distribution, ``name==version``): a version
+  that changed is a different stack; a package added or removed since is not (a plugin
+  installed beside is not a change of what ran);
 - for each command entry: the git commit of the folder it runs in, whether the
   tree is dirty and a digest of the uncommitted change, and a digest of each
   argv word that names a file there (``train.py``), which catches edits
@@ -75,11 +77,12 @@ def code_identity(runs: list[RunSpec]) -> dict[str, Any]:
 
 
 def _package_changes(before: list[str], now: list[str]) -> list[str]:
+    """Packages whose version differs. One installed or removed since is not a change of
+    what ran (a plugin installed beside, a tool's helper); a framework that is gone fails
+    the resumed runs by itself, with its own one line."""
     old = dict(p.split("==", 1) for p in before if "==" in p)
     new = dict(p.split("==", 1) for p in now if "==" in p)
-    changes = [f"{n} {old.get(n, 'absent')} -> {new.get(n, 'absent')}"
-               for n in sorted(set(old) | set(new)) if old.get(n) != new.get(n)]
-    return changes
+    return [f"{n} {old[n]} -> {new[n]}" for n in sorted(set(old) & set(new)) if old[n] != new[n]]
 
 
 def differences(stored: dict[str, Any], now: dict[str, Any]) -> list[str]:
@@ -89,8 +92,9 @@ def differences(stored: dict[str, Any], now: dict[str, Any]) -> list[str]:
         out.append(f"ampcert {stored.get('ampcert')} -> {now.get('ampcert')}")
     if stored.get("packages_sha256") != now.get("packages_sha256"):
         changes = _package_changes(stored.get("packages") or [], now.get("packages") or [])
-        shown = ", ".join(changes[:3]) + (f" and {len(changes) - 3} more" if len(changes) > 3 else "")
-        out.append(f"packages: {shown or 'the resolved list differs'}")
+        if changes:
+            shown = ", ".join(changes[:3]) + (f" and {len(changes) - 3} more" if len(changes) > 3 else "")
+            out.append(f"packages: {shown}")
     old_jobs, new_jobs = stored.get("jobs") or {}, now.get("jobs") or {}
     for label in sorted(set(old_jobs) | set(new_jobs)):
         a, b = old_jobs.get(label) or {}, new_jobs.get(label) or {}

@@ -12,7 +12,7 @@ neither torch nor JAX (tests/cli/test_cli_imports.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from ampcert.runner.signals import interruptible
 
 if TYPE_CHECKING:
     from ampcert.certify.checks import Certificate
+    from ampcert.certify.rules import RulePack
     from ampcert.report.mlperf_export import Exported
     from ampcert.results import ResultSet, RunResult
     from ampcert.runner.folder_lock import FolderLock
@@ -46,6 +47,14 @@ class Finished:
     certify_later: bool = False
     # Set by merge: {"merged": n, "runs": n, "missing": [...]}.
     merged: dict[str, Any] | None = None
+    # Set by certify. what_if: nothing was written (a signed folder, re-evaluated as a
+    # what-if: every file is as it was, so its signature still verifies; the summary is
+    # computed, and report_json/report_html are the folder's own, unchanged). source: the
+    # folder judged, where the re-evaluation went to a new folder (``out``, this root).
+    # removed_envelope: the envelope that ``force`` removed, as the rewrite voided it.
+    what_if: bool = False
+    source: Path | None = None
+    removed_envelope: Path | None = None
 
     @property
     def failed(self) -> list[RunResult]:
@@ -83,17 +92,20 @@ def existing_folder(folder: str | Path, what: str = "results folder") -> Path:
     return root
 
 
-def _certify(root: Path, rs: ResultSet, rules: str | Path | None) -> Certificate:
-    """Evaluate a rule pack on stored results and write verdicts.json atomically."""
+def _certify(root: Path, rs: ResultSet, rules: str | Path | RulePack | None) -> Certificate:
+    """Evaluate a rule pack (a reference, or a pack already read) on stored results and
+    write verdicts.json atomically."""
     from ampcert.certify import evaluate, load_rules
+    from ampcert.certify.rules import RulePack
     from ampcert.results import ResultsDir, atomic_write_json
 
-    cert = evaluate(rs.runs, load_rules(rules))
+    cert = evaluate(rs.runs, rules if isinstance(rules, RulePack) else load_rules(rules))
     atomic_write_json(ResultsDir(root).verdicts_file, cert)
     return cert
 
 
-def finish_locked(root: Path, *, rules: str | Path | None, certify: bool, sign_key: str | Path | None) -> Finished:
+def finish_locked(root: Path, *, rules: str | Path | RulePack | None, certify: bool,
+                  sign_key: str | Path | None) -> Finished:
     """:func:`finish` for a caller that holds the folder's lock already."""
     from ampcert.report import render, summary
     from ampcert.results import load
@@ -113,7 +125,7 @@ def finish_locked(root: Path, *, rules: str | Path | None, certify: bool, sign_k
                     report_html=report_html, certificate=cert, envelope=envelope, warnings=warnings)
 
 
-def finish(folder: str | Path, *, rules: str | Path | None = None, certify: bool | None = None,
+def finish(folder: str | Path, *, rules: str | Path | RulePack | None = None, certify: bool | None = None,
            sign_key: str | Path | None = None) -> Finished:
     """Certify (when ``certify``, by default when ``rules`` is given), write the summary and
     the report, and sign them (with ``sign_key``): the end of every command that writes a folder."""
@@ -124,17 +136,107 @@ def finish(folder: str | Path, *, rules: str | Path | None = None, certify: bool
                              sign_key=sign_key)
 
 
-def certify(folder: str | Path, rules: str | Path | None = None) -> Finished:
+def certify(folder: str | Path, rules: str | Path | None = None, *, out: str | Path | None = None,
+            force: bool = False) -> Finished:
     """Re-evaluate stored results against a rule pack (default: ``default``), without
-    re-running anything; writes verdicts.json and re-renders the report that shows them."""
+    re-running anything.
+
+    An unsigned folder: writes verdicts.json and re-renders the summary and the report
+    that show them. A signed folder (report.dsse.json beside the report) is a what-if:
+    nothing in it is written, so its signature still verifies, and the certificate is
+    returned (``what_if``). With ``out``, the re-evaluation of either kind of folder is
+    written to a new results folder there (a copy of the folder, certified and
+    re-rendered, unsigned), and the folder is left as it was. With ``force``, a signed
+    folder is rewritten anyway; its envelope, which would no longer verify, is removed."""
+    from ampcert.certify import load_rules
+    from ampcert.report.sign import ENVELOPE
     from ampcert.results import ResultsDir, load
 
     with interruptible():
         root = existing_folder(folder)
-        ResultsDir(root).read_plan()  # one clear line if this is not a results folder
+        plan = ResultsDir(root).read_plan()  # one clear line if this is not a results folder
         if not load(root).runs:
             raise UserError(f"{root}: no run results to certify")
-        return finish(root, rules=rules, certify=True)
+        if out is not None:
+            if force:
+                raise BadArgument("force", "rewrites the results folder itself, and out leaves it as it is: "
+                                  "give one of the two")
+            load_rules(rules)  # a bad pack: one line, before the new folder is made
+            return _certify_into(root, Path(out), rules, [r.run_id for r in plan.runs])
+        envelope = root / ENVELOPE
+        if not envelope.exists():
+            return finish(root, rules=rules, certify=True)
+        with _reading(root):
+            if not force:
+                rs = load(root)
+                return _what_if(root, rs, _evaluate(rs, rules))
+            done = finish_locked(root, rules=rules, certify=True, sign_key=None)
+            # Last, once the new files are whole: an interrupted rewrite leaves the envelope,
+            # and `verify` then says that the report changed, which is true.
+            envelope.unlink(missing_ok=True)
+            return replace(done, removed_envelope=envelope)
+
+
+def _evaluate(rs: ResultSet, rules: str | Path | None) -> Certificate:
+    """The certificate of a rule pack on loaded results, nothing written."""
+    from ampcert.certify import evaluate, load_rules
+
+    return evaluate(rs.runs, load_rules(rules))
+
+
+def _what_if(root: Path, rs: ResultSet, cert: Certificate) -> Finished:
+    from ampcert.report import summary
+
+    return Finished(root=root, results=rs, summary=summary.build(rs), report_json=root / "report.json",
+                    report_html=root / "report.html", certificate=cert, what_if=True)
+
+
+def _reading(root: Path) -> Any:
+    """The folder's lock, so that no run writes while it is read; none for a folder this
+    user cannot write (an archived, read-only copy: nothing can be writing it either)."""
+    import contextlib
+    import os
+
+    return folder_lock(root) if os.access(root, os.W_OK) else contextlib.nullcontext()
+
+
+def _certify_into(root: Path, out: Path, rules: str | Path | None, run_ids: list[str]) -> Finished:
+    """Copy ``root`` to the new folder ``out`` (all but its envelope and lock), certify
+    and render it there; ``root`` is only read."""
+    import shutil
+
+    from ampcert.report.sign import ENVELOPE
+    from ampcert.runner.planning import prepare_out_dir
+
+    try:
+        inside = out.resolve().is_relative_to(root.resolve())
+    except OSError as exc:
+        raise BadArgument("out", f"cannot use this folder: {exc.strerror or exc}", out) from None
+    if inside:
+        raise BadArgument("out", f"is inside the results folder {root}; choose a folder outside it", out)
+    try:
+        used = out.is_dir() and any(out.iterdir())
+    except OSError as exc:
+        raise BadArgument("out", f"cannot use this folder: {exc.strerror or exc}", out) from None
+    if used:
+        raise BadArgument("out", "is not empty; the re-evaluation goes to a new (or empty) folder", out)
+    prepare_out_dir(out, run_ids)  # new or empty, writable, its paths within the file system's limits
+
+    def left_out(folder: str, names: list[str]) -> set[str]:
+        top = {ENVELOPE, ".lock"} if Path(folder) == root else set()
+        return {n for n in names if n in top or (n.startswith(".") and n.endswith(".tmp"))}
+
+    with _reading(root), folder_lock(out):
+        try:
+            # symlinks=True: a link is copied as a link, never what it points to (and
+            # the copy's runs are then refused as a folder holding one, as any folder's).
+            shutil.copytree(root, out, symlinks=True, ignore=left_out, dirs_exist_ok=True)
+        except shutil.Error as exc:  # every file that could not be copied: the first, in words
+            first = exc.args[0][0] if exc.args and isinstance(exc.args[0], list) and exc.args[0] else None
+            why = f"{first[0]}: {first[2]}" if isinstance(first, tuple) and len(first) == 3 else str(exc)
+            raise UserError(f"{root}: cannot copy it to {out} ({' '.join(why.split())})") from None
+        done = finish_locked(out, rules=rules, certify=True, sign_key=None)
+    return replace(done, source=root)
 
 
 def report(folder: str | Path, *, csv: str | Path | None = None) -> Finished:

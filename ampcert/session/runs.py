@@ -20,6 +20,7 @@ from ampcert.session.folders import Finished, finish, finish_locked, folder_lock
 from ampcert.vocabulary import OnEvent
 
 if TYPE_CHECKING:
+    from ampcert.certify.rules import RulePack
     from ampcert.runner.executors import FleetOptions
     from ampcert.runner.fleet import Executor
     from ampcert.runner.planning import Plan
@@ -53,13 +54,15 @@ def _shard_of(plan: Plan, shard: str | None) -> tuple[list[RunSpec], dict[str, A
 
 
 def plan_suite(suite: str | Path, *, shard: str | None = None) -> PlannedRuns:
-    """The run matrix of a suite (validated, capabilities probed), without running it."""
+    """The run matrix of a suite (a file, or a shipped suite by name: ``"smoke"``),
+    validated, capabilities probed, without running it."""
     from ampcert.runner import planning
     from ampcert.runner import shard as sharding
+    from ampcert.spec import resolve_suite
 
     with interruptible():
         where = sharding.parse_shard(shard) if shard is not None else None  # a bad shard before the probe
-        plan = planning.plan_suite(suite)
+        plan = planning.plan_suite(resolve_suite(suite))
         runs, info = _shard_of(plan, shard) if where else (plan.runs, None)
         return PlannedRuns(planning.dump_plan_table(runs), plan, info, len(plan.runs))
 
@@ -124,7 +127,7 @@ def _open_executor(fleet: FleetOptions, root: Path, runs: list[RunSpec], suite_s
     return executor
 
 
-def _execute(root: Path, runs: list[RunSpec], executor: Executor, *, rules: str | None,
+def _execute(root: Path, runs: list[RunSpec], executor: Executor, *, rules: str | RulePack | None,
              shard: dict[str, Any] | None, planned: int, retry_failed: bool, sign_key: str | Path | None,
              on_event: OnEvent | None, fleet: FleetOptions) -> Finished:
     """Run what the folder still needs on ``executor`` (the one driver), then finish the folder."""
@@ -154,7 +157,8 @@ def _execute(root: Path, runs: list[RunSpec], executor: Executor, *, rules: str 
 def run_suite(suite: str | Path, out: str | Path | None = None, *, shard: str | None = None,
               sign_key: str | Path | None = None, on_event: OnEvent | None = None,
               fleet: FleetOptions | None = None) -> Finished:
-    """Run a suite into a new results folder and finish it (certify, report, sign).
+    """Run a suite (a file, or a shipped suite by name) into a new results folder and
+    finish it (certify, report, sign).
 
     ``out`` defaults to ``reports/<suite>-<time>``; ``shard="i/n"`` runs only that
     shard's runs (join the folders with :func:`merge`); ``on_event`` receives the
@@ -213,7 +217,7 @@ def resume(folder: str | Path, *, retry_failed: bool = False, sign_key: str | Pa
             executor.close()
 
 
-def _resumed_rules(root: Path, stored: StoredPlan) -> str | None:
+def _resumed_rules(root: Path, stored: StoredPlan) -> RulePack | None:
     """The rule pack a resumed folder is certified with: the one its suite names (the
     folder's suite.yaml, a shipped name or the user's path, relative to this working
     folder), held to the digest planning stored. plan.json names the pack too, but a
@@ -238,7 +242,9 @@ def _resumed_rules(root: Path, stored: StoredPlan) -> str | None:
         raise UserError(f"--resume {root}: the rule pack {ref!r} ({pack.source}) changed since the folder was "
                         f"planned (sha256 {pack.sha256[:12]}, planned {stored.certify_sha256[:12]}); certify the "
                         "finished folder with `ampcert certify DIR --rules ...` instead")
-    return str(rd.rules_file) if own else pack.source
+    # Named as planned (plan.json's label, used as a label only): the verdicts of a resumed
+    # folder read like those of one that ran straight through.
+    return pack.model_copy(update={"source": stored.certify})
 
 
 def _stored_slurm(root: Path, stored: StoredPlan) -> SlurmOptions:

@@ -106,15 +106,34 @@ def validate_entry(entry: WorkloadEntry, where: str) -> None:
     try:
         params = workload.Params.model_validate(entry.params)
     except ValidationError as err:
-        from ampcert.configio import validation_message
-
-        raise UserError(validation_message(f"{where}.params", err, entry.params)) from None
+        raise UserError(_params_message(f"{where}.params", err, entry, workload)) from None
     check = getattr(workload, "check", None)
     if check is not None:
         try:
             check(params)
         except DataError as exc:
             raise UserError(f"{where}: data: {exc}") from None
+
+
+def _params_message(source: str, err: ValidationError, entry: WorkloadEntry, workload: Workload) -> str:
+    """One line for a params problem; an unknown parameter gets the closest one and the
+    workload's parameters (or that it takes none), not the suite's field words."""
+    from difflib import get_close_matches
+
+    from ampcert.configio import valid_fields, validation_message
+
+    first = err.errors()[0]
+    if first["type"] != "extra_forbidden" or len(first["loc"]) != 1:
+        return validation_message(source, err, entry.params, workload.Params)
+    name, known = str(first["loc"][0]), valid_fields(workload.Params)
+    label = _name(entry)
+    if not known:
+        return f"{source}: {name}: unknown parameter; workload {label} takes no parameters"
+    close = get_close_matches(name, known, n=1)
+    more = len(err.errors()) - 1
+    return (f"{source}: {name}: unknown parameter" + (f"; did you mean `{close[0]}`?" if close else "")
+            + f" (the parameters of workload {label}: {', '.join(known)})"
+            + (f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""))
 
 
 def _name(entry: WorkloadEntry) -> str:

@@ -218,3 +218,117 @@ def test_ampcert_logs_pass_the_default_compliance_rules(numerics):
     failed = next(r for r in runs if r.status == "failed")
     proc = warm_cli("check", numerics[0] / "runs" / failed.run_id / "run.mllog")
     assert proc.returncode == 1 and "values.run_stop.metadata.status" in proc.stdout  # status aborted
+
+
+# --------------------------------------------------------------------------- messages that help; certify as a what-if
+
+
+def test_a_mistyped_rule_pack_name_lists_the_shipped_ones(tmp_path):
+    from ampcert.certify.rules import RULES_DIR, shipped_rule_names
+
+    with pytest.raises(UserError) as info:
+        load_rules("procurment")
+    message = str(info.value)
+    assert "rules: no shipped rule pack is called 'procurment'; did you mean 'procurement'?" in message, message
+    assert f"shipped: {', '.join(shipped_rule_names())}" in message and "default" in message, message
+    assert str(RULES_DIR) not in message and "site-packages" not in message, message  # no path the user never typed
+    with pytest.raises(UserError) as info:
+        load_rules(tmp_path / "nope.yaml")
+    assert str(info.value).startswith(f"{tmp_path / 'nope.yaml'}: rules: rule file not found"), info.value
+    (tmp_path / "pack.yaml").mkdir()
+    with pytest.raises(UserError, match="expected a rule file \\(YAML\\), found a folder"):
+        load_rules(tmp_path / "pack.yaml")
+
+
+def test_without_fp32_no_verdict_speaks_of_capped_steps(synthetic):
+    """Nothing is capped where there is no FP32 at all: the checks that compare with it say so."""
+    cert = evaluate([r for r in synthetic if r.spec.precision != "fp32"], load_rules("default"))
+    for rule in ("parity.final_metric", "convergence.samples_to_target", "gains.speedup", "gains.peak_memory"):
+        verdict = _by(cert, rule, "underflow/torch/ampcert/bf16")
+        assert verdict.status == "INCONCLUSIVE", (rule, verdict.summary)
+        assert verdict.summary.startswith("no fp32 runs of this entry to compare with"), (rule, verdict.summary)
+    assert not any("capped" in v.summary or "budget differs" in v.summary for v in cert.verdicts)
+
+
+NO_FP32 = """\
+name: t
+precisions: [bf16]
+seeds: [0]
+certify: default
+train: {steps: 4, eval_every: 2}
+workloads:
+  - workload: digits
+"""
+
+
+def test_a_pack_comparing_with_fp32_refuses_a_suite_without_fp32_when_planned(write_suite, tmp_path):
+    from conftest import assert_one_line_error
+
+    from ampcert.runner.planning import plan_suite
+
+    suite = write_suite(NO_FP32)
+    with pytest.raises(UserError) as info:
+        plan_suite(suite)
+    message = str(info.value)
+    assert message.startswith(f"{suite}: certify: rule pack 'default' compares bf16 with fp32 (rule "
+                              "parity.final_metric, accuracy_parity), but workload 'digits' runs no fp32"), message
+    # the dry run says it too, and a run trains nothing and writes nothing
+    assert_one_line_error(warm_cli("run", suite, "--dry-run"), "runs no fp32", "add fp32 to its precisions")
+    assert_one_line_error(warm_cli("run", suite, "--out", tmp_path / "out"), "runs no fp32")
+    assert not (tmp_path / "out").exists()
+    # fp32 in the entry: planned; a pack that compares nothing with fp32 (or only fp16): planned without it
+    plan_suite(write_suite(NO_FP32.replace("- workload: digits", "- workload: digits\n    precisions: [fp32, bf16]"),
+                           "with-fp32.yaml"))
+    pack = tmp_path / "own.yaml"
+    pack.write_text("name: own\nrules:\n  - {id: finite, check: nonfinite_loss, measures: m}\n"
+                    "  - {id: parity, check: accuracy_parity, measures: m, margin: 0.1, applies_to: {precisions: [fp16]}}\n")
+    assert plan_suite(write_suite(NO_FP32.replace("certify: default", f"certify: {pack}"), "own-pack.yaml")).runs
+
+
+def test_certify_leaves_a_signed_folder_verifiable(numerics, tmp_path):
+    """certify on a signed folder is a what-if: nothing in it is written and `verify` still
+    passes; --out writes the re-evaluation to a copy; --force rewrites it and removes the
+    envelope that would no longer verify."""
+    from conftest import assert_one_line_error, snapshot
+
+    from ampcert.report.sign import keygen
+
+    signed = tmp_path / "signed"
+    shutil.copytree(numerics[0], signed)
+    key, pub = keygen(tmp_path / "k")
+    assert warm_cli("sign", signed, "--key", key).returncode == 0
+    envelope, before = signed / "report.dsse.json", snapshot(signed)
+
+    def verified() -> bool:
+        proc = warm_cli("verify", envelope, "--pubkey", pub)
+        assert proc.returncode in (0, 1), proc.stderr
+        return proc.returncode == 0
+
+    proc = warm_cli("certify", signed, "--rules", "procurement")
+    assert proc.returncode == 1 and "rules procurement" in proc.stdout, proc.stdout + proc.stderr
+    assert f"verdicts: not written ({signed} is signed: a what-if" in proc.stdout, proc.stdout
+    assert "--out NEW" in proc.stdout and "--force" in proc.stdout, proc.stdout
+    assert snapshot(signed) == before and verified()
+
+    new = tmp_path / "new"
+    proc = warm_cli("certify", signed, "--rules", "procurement", "--out", new)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"verdicts: {new / 'verdicts.json'}" in proc.stdout
+    assert f"report: {new / 'report.html'} ({signed} is left as it was)" in proc.stdout, proc.stdout
+    assert json.loads((new / "verdicts.json").read_text())["rules"]["name"] == "procurement"
+    assert "procurement" in (new / "report.json").read_text() and not (new / "report.dsse.json").exists()
+    assert sorted(p.name for p in (new / "runs").iterdir()) == sorted(p.name for p in (signed / "runs").iterdir())
+    assert snapshot(signed) == before and verified()
+
+    assert_one_line_error(warm_cli("certify", signed, "--out", tmp_path / "both", "--force"), "--force",
+                          "give one of the two")
+    assert_one_line_error(warm_cli("certify", signed, "--out", signed / "inside"), "--out", "inside the results folder")
+    assert_one_line_error(warm_cli("certify", signed, "--out", new), "--out", "is not empty")
+    assert not (tmp_path / "both").exists() and snapshot(signed) == before and verified()
+
+    proc = warm_cli("certify", signed, "--rules", "procurement", "--force")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"note: removed {envelope}: it signed the report as it was" in proc.stdout, proc.stdout
+    assert not envelope.exists()
+    assert json.loads((signed / "verdicts.json").read_text())["rules"]["name"] == "procurement"
+    assert_one_line_error(warm_cli("verify", envelope, "--pubkey", pub), "report.dsse.json: envelope not found")

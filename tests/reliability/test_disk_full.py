@@ -143,7 +143,7 @@ def _no_temp_files(folder: Path) -> None:
 
 @pytest.mark.parametrize("command, fails", [
     (["report"], "report.html"),        # after summary.* and report.json: each a whole file
-    (["certify", "--rules", "default"], "verdicts.json"),
+    (["certify", "--rules", "default", "--force"], "verdicts.json"),
     (["sign", "--key"], "report.dsse.json"),
 ])
 def test_report_certify_sign_on_a_full_disk_are_one_line_exit_2_and_keep_the_folder(
@@ -237,7 +237,7 @@ def test_a_real_full_disk(built, tmpfs):
     # One page left, which the lock takes: every later write fails, each named with its file.
     os.truncate(filler, filler.stat().st_size - 4096)
     for args, fails in ((["report", work], "summary.json"),
-                        (["certify", work, "--rules", "default"], "verdicts.json"),
+                        (["certify", work, "--rules", "default", "--force"], "verdicts.json"),
                         (["sign", work, "--key", built.key], "report.dsse.json")):
         proc = warm_cli(*args)
         assert_one_line(proc.returncode, proc.stderr, 2, f"cannot write {work / fails}: {ENOSPC}")

@@ -107,3 +107,89 @@ def test_an_envelope_rejects_another_valid_report_swapped_in(the_lab, tmp_path):
         verify_envelope(swapped("envelope-swap", ("report.dsse.json",), source=resigned), key)
     proc = warm_cli("verify", tmp_path / "both" / "report.dsse.json", "--pubkey", the_lab.pub)
     assert proc.returncode == 1 and "NOT VERIFIED" in proc.stderr and "report.json: sha256" in proc.stderr
+
+
+# --------------------------------------------------------------------------- verify's exit codes
+
+
+def _signed(tmp_path):
+    """A signed report folder, made in milliseconds (no run): report.json as `sign` reads it."""
+    import json
+
+    from ampcert.report.sign import keygen, sign_results
+
+    folder = tmp_path / "signed"
+    folder.mkdir()
+    (folder / "report.json").write_text(json.dumps({"suite": {"name": "s", "sha256": "0" * 64}, "runs": []}))
+    (folder / "report.html").write_text("<!doctype html><title>s</title>\n")
+    key, pub = keygen(tmp_path / "k")
+    sign_results(folder, key)
+    return folder / "report.dsse.json", pub
+
+
+def _in_process(monkeypatch, capsys, *args) -> tuple[int, str]:
+    """``ampcert ARGS`` through the entry point, in this process: (exit code, stderr)."""
+    import sys
+
+    from ampcert.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["ampcert", *map(str, args)])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    return exit_.value.code, capsys.readouterr().err
+
+
+def test_verify_cannot_read_is_exit_2_and_a_mismatch_is_exit_1(tmp_path):
+    """A file that is missing, a folder or unreadable is bad input: one `ampcert: error:` line
+    in plain words, exit 2 (nothing was checked). A verification that fails is exit 1."""
+    from conftest import assert_one_line_error
+
+    envelope, pub = _signed(tmp_path)
+    folder = envelope.parent
+    ok = warm_cli("verify", envelope, "--pubkey", pub)
+    assert ok.returncode == 0 and "verified: report.json" in ok.stdout, ok.stdout + ok.stderr
+    for args, fragment in (
+            ((tmp_path / "nope.dsse.json", "--pubkey", pub), f"{tmp_path / 'nope.dsse.json'}: envelope not found"),
+            ((folder, "--pubkey", pub), f"{folder}: is a folder; give its envelope, {envelope}"),
+            ((tmp_path, "--pubkey", pub), f"{tmp_path}: expected the envelope (a file), found a folder"),
+            ((envelope, "--pubkey", tmp_path / "nope.pub"), f"{tmp_path / 'nope.pub'}: public key not found"),
+            ((envelope, "--pubkey", folder), f"{folder}: expected the public key (a file), found a folder")):
+        proc = warm_cli("verify", *args)
+        assert_one_line_error(proc, fragment)
+        assert "Error)" not in proc.stderr and "NOT VERIFIED" not in proc.stderr, proc.stderr  # no exception names
+    # a changed byte, a missing signed file: NOT VERIFIED, exit 1
+    html = (folder / "report.html").read_bytes()
+    (folder / "report.html").write_bytes(html + b"<!-- one more line -->\n")
+    tampered = warm_cli("verify", envelope, "--pubkey", pub)
+    assert tampered.returncode == 1 and tampered.stderr.startswith("ampcert: NOT VERIFIED: "), tampered.stderr
+    assert "report.html: sha256" in tampered.stderr and "does not match the signed" in tampered.stderr
+    (folder / "report.html").unlink()
+    missing = warm_cli("verify", envelope, "--pubkey", pub)
+    assert missing.returncode == 1 and "report.html: subject file missing" in missing.stderr, missing.stderr
+    (folder / "report.html").write_bytes(html)
+    assert warm_cli("verify", envelope, "--pubkey", pub).returncode == 0
+
+
+@pytest.mark.parametrize("name, fragment", [
+    ("report.dsse.json", "report.dsse.json: cannot read the envelope: permission denied"),
+    ("k.pub", "k.pub: cannot read the public key: permission denied"),
+    ("report.html", "report.html: cannot read the signed report file: permission denied"),
+])
+def test_verify_of_an_unreadable_file_is_exit_2(tmp_path, monkeypatch, capsys, name, fragment):
+    """No permission (made here by refusing the open: root reads any file whatever its mode)."""
+    from pathlib import Path
+
+    envelope, pub = _signed(tmp_path)
+    real_open = Path.open
+
+    def refused(self, *args, **kwargs):
+        if self.name == name:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", refused)
+    code, err = _in_process(monkeypatch, capsys, "verify", envelope, "--pubkey", pub)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("ampcert: error: "), err
+    assert fragment in lines[0] and "Traceback" not in err, err
