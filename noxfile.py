@@ -4,6 +4,7 @@
 - `jax_current`, `jax_oldest`: ampcert.amp.jax on JAX 0.12 (Python 3.12) and 0.10 (Python 3.11),
   each in a venv without torch (`.ci/run` runs both).
 - `torch_current`: the torch AMP tests, the audit and a tiny suite on torch 2.14.1 (~5.5 GB venv).
+- `slow`: the long forms of tests that CI shortens (suites/fp8.yaml trained as shipped);
 - `gpu`: the gpu-marked tests on a CUDA machine; `browser`: report.html in headless Chromium;
   `slurm`: `--executor slurm` on a real single-node Slurm (Debian's daemons, started as root);
   `postgres`: the history store on a real PostgreSQL server (Debian's);
@@ -38,6 +39,15 @@ def typecheck(session: nox.Session) -> None:
     (ignore_missing_imports); what is checked is ampcert's own contracts, in seconds."""
     session.install("-e", ".", "mypy>=1.10", "types-PyYAML")
     session.run("mypy", *session.posargs)
+
+
+@nox.session
+def slow(session: nox.Session) -> None:
+    """What CI runs shortened, at full length: tests/session/test_fp8_suite.py trains the
+    shipped suites/fp8.yaml as shipped (20 steps; CI trains it for 4, ~100 s of CPU less)."""
+    session.install(CPU_TORCH, "-e", ".[dev]")
+    session.run("pytest", "tests/session/test_fp8_suite.py", *session.posargs,
+                env={"AMPCERT_TEST_SHIPPED_FP8": "1"})
 
 
 @nox.session

@@ -1,17 +1,18 @@
-"""The data ampcert ships inside its package: policies, rule packs, device peaks,
-pricing, gate defaults and the report schema.
+"""The data ampcert ships inside its package: policies, rule packs, the standard
+suites, device peaks, pricing, gate defaults and the report schema.
 
-Everything lives under ``ampcert/configs/`` and ``ampcert/schemas/`` in the
-installed package and is found through :mod:`importlib.resources`, never
-through the source checkout's layout, so a wheel installed anywhere finds the
-same bytes as a checkout. (In the checkout, the top-level ``configs/`` and
-``schemas/`` are links to these folders: what users read and copy is what the
-wheel carries.)
+Everything lives under ``ampcert/configs/``, ``ampcert/suites/`` and
+``ampcert/schemas/`` in the installed package and is found through
+:mod:`importlib.resources`, never through the source checkout's layout, so a
+wheel installed anywhere finds the same bytes as a checkout. (In the checkout,
+the top-level ``configs/``, ``suites/`` and ``schemas/`` are links to these
+folders: what users read and copy is what the wheel carries.)
 
     >>> from ampcert import resources
     >>> resources.shipped_names("policy")
     ('jax', 'torch-cpu', 'torch-cuda')
     >>> text = resources.shipped_text("rules", "default")   # copy, edit, pass with --rules
+    >>> path = resources.shipped_path("suite", "smoke")      # what `ampcert run smoke` runs
 """
 
 from __future__ import annotations
@@ -79,23 +80,26 @@ def schema_path(name: str) -> Path:
     return _package_dir("schemas").joinpath(name)
 
 
-#: What ``ampcert show KIND NAME`` can print: kind -> its folder under configs/ (path parts).
+#: What ``ampcert show KIND NAME`` can print: kind -> its folder in the package (path parts).
 #: ``mllog`` is a compliance rule file for ``ampcert check``, not a certification rule pack,
 #: but it is shipped data a user copies the same way, so it is listed with the rules.
+#: Suites sit beside ``configs/`` (not in it), as the checkout's ``suites/`` sits beside
+#: its ``configs/``: a suite's relative reference resolves the same in both.
 KINDS: dict[str, tuple[str, ...]] = {
-    "policy": ("policies",),
-    "rules": ("rules",),
+    "policy": ("configs", "policies"),
+    "rules": ("configs", "rules"),
+    "suite": ("suites",),
 }
 
 
 def _kind_dir(kind: str) -> Path:
     if kind not in KINDS:
         raise UserError(f"show: kind: expected one of {sorted(KINDS)}, got {kind!r}")
-    return require_shipped(config_path(*KINDS[kind]))
+    return require_shipped(Path(str(files("ampcert"))).joinpath(*KINDS[kind]))
 
 
 def shipped_names(kind: str) -> tuple[str, ...]:
-    """Names of the shipped files of ``kind`` (``policy`` or ``rules``), sorted."""
+    """Names of the shipped files of ``kind`` (``policy``, ``rules`` or ``suite``), sorted."""
     return tuple(sorted(p.stem for p in _kind_dir(kind).glob("*.yaml")))
 
 

@@ -1,7 +1,8 @@
 """Suite files: what to run.
 
 A suite (YAML) names workloads, precisions, seeds, a training budget and a
-device; :func:`load_suite` validates it into a :class:`Suite`, and
+device; :func:`load_suite` validates it (a file, or a suite ampcert ships,
+by name: :func:`resolve_suite`) into a :class:`Suite`, and
 :func:`expand` turns it into the run matrix, one :class:`RunSpec` per
 (workload, precision, seed). A RunSpec is plain, frozen data: it crosses the
 process boundary to the worker, and its content (not its position in the
@@ -632,7 +633,27 @@ def load_op_policy(ref: str | None, where: str, device: str = "cpu", framework: 
     return policy
 
 
+def resolve_suite(ref: str | Path) -> Path:
+    """The suite file ``ref`` names: a file where one exists at that path (from the
+    working folder), else, for a bare name (no ``/``, no ``.yaml``: ``vision``), the
+    suite ampcert ships under that name (``ampcert list`` names them). A shipped suite
+    is read where it is installed, so its relative references resolve beside it."""
+    path = Path(ref)
+    text = str(ref)
+    if path.is_file() or "/" in text or "\\" in text or text.endswith((".yaml", ".yml")) or text in ("", ".", ".."):
+        return path  # a path (read_yaml says what is wrong with one that is not a file)
+    from ampcert.resources import shipped_names, shipped_path
+
+    names = shipped_names("suite")
+    if text not in names:
+        raise UserError(f"{text}: suite file not found, and ampcert ships no suite of that name "
+                        f"(shipped: {', '.join(names)})")
+    return shipped_path("suite", text)
+
+
 def load_suite(path: str | Path) -> Suite:
+    """The suite a file (or a shipped suite's name: :func:`resolve_suite`) holds, validated."""
+    path = resolve_suite(path)
     return parse_suite(read_yaml(path, "suite file"), str(path))
 
 

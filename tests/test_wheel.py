@@ -1,6 +1,6 @@
 """The package as a user gets it: a wheel installed into a fresh venv, run from an empty folder.
 
-An editable install finds ``configs/`` and ``schemas/`` in the checkout whatever
+An editable install finds ``configs/``, ``suites/`` and ``schemas/`` in the checkout whatever
 the wheel carries, so only this test sees a wheel that lost its package data
 (a suite with ``amp: ampcert`` and ``certify: default`` then exits 2 on a
 missing shipped policy or rule pack).
@@ -87,9 +87,10 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(bin_dir: Path, cwd: Path, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
+def _run(bin_dir: Path, cwd: Path, *args: str, ok: tuple[int, ...] = (0,), timeout: float = 300
+         ) -> subprocess.CompletedProcess:
     proc = subprocess.run([str(bin_dir / "ampcert"), *args], cwd=cwd, env=_env(),
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=timeout)
     assert proc.returncode in ok, f"ampcert {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     assert "Traceback" not in proc.stderr
     return proc
@@ -139,15 +140,31 @@ def test_installed_wheel_from_an_empty_folder(installed, tmp_path):
                                                       "tiny.yaml"]
 
 
+def test_the_shipped_smoke_suite_by_name_from_an_empty_folder(installed, tmp_path):
+    """The README's main job as a user runs it: `ampcert run smoke`, the suite the wheel
+    carries, found by name from an empty folder, ends in a certificate that passes."""
+    listing = _run(installed, tmp_path, "list", "--json")
+    assert "smoke" in [s["name"] for s in json.loads(listing.stdout)["suites"]]
+    shown = _run(installed, tmp_path, "show", "suite", "smoke")
+    assert shown.stdout == (REPO / "ampcert" / "suites" / "smoke.yaml").read_text()
+    proc = _run(installed, tmp_path, "run", "smoke", "--out", "out", timeout=600)  # ~2 min on 2 idle cores
+    assert "certificate: PASS" in proc.stdout
+    verdicts = json.loads((tmp_path / "out" / "verdicts.json").read_text())
+    assert verdicts["status"] == "PASS" and verdicts["rules"]["name"] == "default"
+    plan = json.loads((tmp_path / "out" / "plan.json").read_text())
+    assert plan["suite"] == "smoke" and not Path(plan["suite_source"]).is_relative_to(REPO)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
 def test_shipped_data_matches_the_checkout(installed, tmp_path):
-    """The wheel carries the same bytes as the checkout's configs/ and schemas/ (one source)."""
+    """The wheel carries the same bytes as the checkout's configs/, suites/ and schemas/ (one source)."""
     listing = subprocess.run(
         [str(installed / "python"), "-c", textwrap.dedent("""\
             import json
             from importlib.resources import files
             root = files("ampcert")
             out = {}
-            for top in ("configs", "schemas"):
+            for top in ("configs", "schemas", "suites"):
                 stack = [root / top]
                 while stack:
                     node = stack.pop()
@@ -160,7 +177,7 @@ def test_shipped_data_matches_the_checkout(installed, tmp_path):
         """)], cwd=tmp_path, env=_env(), capture_output=True, text=True, check=True)
     shipped = {k: v for k, v in json.loads(listing.stdout).items() if "__pycache__" not in k}
     expected = {str(p.relative_to(REPO / "ampcert")): p.read_text()
-                for top in ("configs", "schemas") for p in (REPO / "ampcert" / top).rglob("*") if p.is_file()}
+                for top in ("configs", "schemas", "suites") for p in (REPO / "ampcert" / top).rglob("*") if p.is_file()}
     assert shipped == expected
 
 

@@ -67,7 +67,8 @@ def _root(
 @app.command()
 def run(
     ctx: typer.Context,
-    suite: Path | None = typer.Argument(None, help="suite file (YAML)"),
+    suite: Path | None = typer.Argument(None, help="suite file (YAML), or the name of a shipped suite "
+                                        "(`ampcert list`: smoke, vision, ...); a file of that name wins"),
     out: Path | None = typer.Option(None, "--out", help="results folder (default reports/<suite>-<time>)"),
     resume: Path | None = typer.Option(None, "--resume", help="finish an interrupted results folder"),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="with --resume: redo failed runs too"),
@@ -105,7 +106,7 @@ def run(
         if shard is not None:
             raise UserError("--resume DIR continues that folder's own shard: give no --shard")
     elif suite is None:
-        raise UserError("give a SUITE file, or --resume DIR")
+        raise UserError("give a SUITE (a file, or a shipped suite's name: `ampcert list`), or --resume DIR")
     elif retry_failed:
         raise UserError("--retry-failed goes with --resume DIR")
     if dry_run:
@@ -157,24 +158,38 @@ def certify(
     results_dir: Path = typer.Argument(..., help="a results folder written by `ampcert run`"),
     rules: str | None = typer.Option(None, "--rules", help="rule pack: shipped name (default, procurement) or file"),
     strict: bool = typer.Option(False, "--strict", help="exit 1 on INCONCLUSIVE too"),
+    out: Path | None = typer.Option(None, "--out", help="write the re-evaluation to this new folder (a copy of DIR, "
+                                    "certified and re-rendered, unsigned); DIR is left as it is"),
+    force: bool = typer.Option(False, "--force", help="rewrite a signed DIR anyway: its signature would no longer "
+                               "verify, so its report.dsse.json is removed"),
     as_json: bool = typer.Option(False, "--json", help="print the certificate (as in verdicts.json) on stdout "
                                  "instead of the table (messages go to stderr)"),
     json_out: Path | None = json_out_option(),
 ) -> None:
     """Re-evaluate stored results against a rule pack, without re-running anything.
 
-    Writes DIR/verdicts.json. Exit 0 when no required rule FAILs (and, with
-    --strict, none is INCONCLUSIVE), 1 otherwise, 2 on bad input."""
+    Writes DIR/verdicts.json and re-renders DIR's report. A signed DIR (report.dsse.json)
+    is a what-if: the verdicts are printed and nothing in DIR is written, so its signature
+    still verifies; --out NEW writes them to a copy of DIR, --force rewrites DIR and removes
+    its envelope. Exit 0 when no required rule FAILs (and, with --strict, none is
+    INCONCLUSIVE), 1 otherwise, 2 on bad input."""
     output = output_of(ctx, as_json, json_out)
-    done = session.certify(results_dir, rules)
-    cert, verdicts = done.certificate, done.root / "verdicts.json"
+    done = session.certify(results_dir, rules, out=out, force=force)
+    cert = done.certificate
     assert cert is not None
+    verdicts = (f"not written ({results_dir} is signed: a what-if, the folder is left as it was)" if done.what_if
+                else done.root / "verdicts.json")
     output.data(cert, lambda console: views.print_certificate(console, cert, verdicts))
     if as_json:
-        output.console.print(f"verdicts: {verdicts}", markup=False, soft_wrap=True)
-    if (results_dir / "report.dsse.json").exists():
-        output.console.print("note: report.json/report.html were re-rendered; sign them again "
-                             f"(ampcert sign {results_dir} --key KEY)", markup=False, soft_wrap=True)
+        output.line(f"verdicts: {verdicts}")
+    if done.what_if:
+        output.line(f"note: --out NEW writes this re-evaluation to a copy of {results_dir}; --force rewrites "
+                    f"{results_dir} itself (its signature would no longer verify: report.dsse.json is removed)")
+    if done.source is not None:
+        output.line(f"report: {done.report_html} ({done.source} is left as it was)")
+    if done.removed_envelope is not None:
+        output.line(f"note: removed {done.removed_envelope}: it signed the report as it was, and no longer "
+                    f"verifies; sign again with `ampcert sign {results_dir} --key KEY`")
     if cert.status == "FAIL" or (strict and cert.status == "INCONCLUSIVE"):
         raise typer.Exit(1)
 
@@ -233,7 +248,7 @@ def list_cmd(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     json_out: Path | None = json_out_option(),
 ) -> None:
-    """Workloads, suites, precisions, and the shipped policies and rule packs (`ampcert show KIND NAME`)."""
+    """Workloads, the shipped suites (`ampcert run NAME`), precisions, policies and rule packs (`ampcert show KIND NAME`)."""
     output = output_of(ctx, as_json, json_out)
     data = session.catalog()
     output.data(data, lambda console: views.print_catalog(console, data))
@@ -242,11 +257,12 @@ def list_cmd(
 @app.command()
 def show(
     ctx: typer.Context,
-    kind: str | None = typer.Argument(None, help="policy or rules", show_default=False),
+    kind: str | None = typer.Argument(None, help="policy, rules or suite", show_default=False),
     name: str | None = typer.Argument(None, help="a shipped name (`ampcert list` names them)", show_default=False),
 ) -> None:
-    """Print a shipped policy or rule pack exactly as shipped, to copy and edit:
-    `ampcert show policy torch-cpu > my-policy.yaml`, then `--policy my-policy.yaml`."""
+    """Print a shipped policy, rule pack or suite exactly as shipped, to copy and edit:
+    `ampcert show policy torch-cpu > my-policy.yaml`, then `--policy my-policy.yaml`;
+    `ampcert show suite vision > my-suite.yaml`, then `ampcert run my-suite.yaml`."""
     output_of(ctx)
     sys.stdout.write(session.shipped_text(kind, name))
     sys.stdout.flush()
@@ -317,7 +333,8 @@ def verify(
 ) -> None:
     """Verify a signed report offline: signature, payload type and the digest of every subject file.
 
-    Exit 0 when everything verifies, 1 on any mismatch (with the reason), 2 on bad input."""
+    Exit 0 when everything verifies, 1 on any mismatch (with the reason), 2 on bad input (an
+    envelope or key that cannot be read: not found, a folder, no permission)."""
     output = output_of(ctx)
     try:
         result = session.verify(envelope, pubkey)

@@ -159,9 +159,14 @@ def print_catalog(console: Console, data: dict[str, Any]) -> None:
     print_table(console, [Col("name"), Col("metric"), Col("summary")],
                 [[w["name"], w["metric"], w["summary"]] for w in workloads],
                 fallback=[f"  {w['name']:12} {w['summary']} (metric: {w['metric']})" for w in workloads])
-    _heading(console, "suites")
-    for path in data["suites"] or ["(no suites/*.yaml in this folder)"]:
-        console.print(f"  {path}", markup=False, highlight=False)
+    suites = data["suites"]
+    _heading(console, "suites (ampcert run NAME; ampcert show suite NAME)")
+    print_table(console, [Col("name"), Col("description")], [[s["name"], s["description"]] for s in suites],
+                fallback=[f"  {s['name']:12} {s['description']}" for s in suites])
+    if data["suite_files"]:
+        _heading(console, "suite files in this folder (ampcert run PATH)")
+        for path in data["suite_files"]:
+            console.print(f"  {path}", markup=False, highlight=False)
     _heading(console, "precisions")
     console.print("  " + ", ".join(data["precisions"]), markup=False, highlight=False)
     _heading(console, "policies (ampcert show policy NAME)")

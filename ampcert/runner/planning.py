@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ampcert.errors import UserError
 from ampcert.resources import SHIPPED_PREFIX
@@ -32,6 +32,9 @@ from ampcert.spec import RunSpec, Suite, apply_capabilities, expand, load_suite
 from ampcert.stored_plan import StoredPlan
 from ampcert.version import __version__
 from ampcert.vocabulary import OnEvent
+
+if TYPE_CHECKING:
+    from ampcert.certify.rules import RulePack
 
 
 def resolve_device(requested: str, backend: str = "torch") -> Literal["cpu", "cuda"]:
@@ -93,6 +96,31 @@ def check_fp8_layers(runs: list[RunSpec]) -> None:
         torch_fp8.check_layers(task.model, run.precision, run.fp8, f"workload {run.label!r}, precision {run.precision}")
 
 
+# The checks that judge a precision against FP32 runs of the same entry, backend and amp
+# (accuracy_parity with its default `reference: fp32`; the others always).
+_FP32_CHECKS = ("accuracy_parity", "convergence", "speedup", "memory_ratio")
+
+
+def check_fp32_reference(pack: RulePack, runs: list[RunSpec], suite_path: Path) -> None:
+    """Refuse, before any run, a suite whose rule pack compares a precision with FP32
+    where the suite runs no FP32 for that entry (``precisions: [bf16]`` with ``certify:
+    default``): every such verdict could only come back INCONCLUSIVE, after the runs."""
+    reference = {(r.label, r.backend, r.amp) for r in runs if r.precision == "fp32"}
+    for rule in pack.rules:
+        if rule.check not in _FP32_CHECKS or getattr(rule, "reference", "fp32") != "fp32":
+            continue
+        for r in runs:
+            if r.precision == "fp32" or (r.label, r.backend, r.amp) in reference:
+                continue
+            if rule.check == "convergence" and r.target is None:
+                continue  # a fixed step budget has no target to converge to: the check does not apply
+            if rule.applies_to.matches(r.label, r.workload, r.backend, r.amp, r.precision):
+                raise UserError(
+                    f"{suite_path}: certify: rule pack {pack.name!r} compares {r.precision} with fp32 (rule "
+                    f"{rule.id}, {rule.check}), but workload {r.label!r} runs no fp32: add fp32 to its "
+                    "precisions (or the suite's), or certify with a pack that does not compare with fp32")
+
+
 def plan_suite(suite_path: str | Path) -> Plan:
     from ampcert.backends.capability import probe
 
@@ -100,6 +128,7 @@ def plan_suite(suite_path: str | Path) -> Plan:
     suite = load_suite(path)
     min_seeds, repeats = 1, 0
     certify_sha256 = None
+    pack: RulePack | None = None
     if suite.certify is not None:
         from ampcert.certify.rules import load_rules
 
@@ -109,6 +138,8 @@ def plan_suite(suite_path: str | Path) -> Plan:
         min_seeds, repeats = pack.min_seeds(), pack.repeats()
     device = resolve_device(suite.device, suite.backend)
     runs = expand(suite, device, min_seeds=min_seeds, repeats=repeats)
+    if pack is not None:
+        check_fp32_reference(pack, runs, path)
     check_fp8_layers(runs)
     precisions: list[str] = sorted({r.precision for r in runs})
     capabilities = probe(device, precisions, backend=suite.backend)

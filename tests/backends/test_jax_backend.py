@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("jax")
 
 from conftest import run_cli  # noqa: E402
+from factories import warm_cli  # noqa: E402  (the CLI forked warm: 2-3 s less a command than a cold start)
 
 TORCH_INSTALLED = importlib.util.find_spec("torch") is not None
 
@@ -19,24 +20,47 @@ def _results(out):
             for r in (json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/result.json")))}
 
 
-def test_fp32_reaches_the_torch_targets(tmp_path, write_suite):
-    suite = write_suite("""
-        name: jax-fp32
-        backend: jax
-        amp: ampcert
-        device: cpu
-        precisions: [fp32]
-        seeds: [0]
-        workloads:
-          - workload: resnet
-            params: {size: tiny}
-          - workload: gpt
-            params: {size: tiny}
-    """)
-    out = tmp_path / "out"
-    proc = run_cli("run", suite, "--out", out, timeout=400)
+# Both tests below read one `ampcert run` of this suite (a module fixture): fp32 to the
+# default targets, and 12 low-precision steps. One invocation instead of two spares a CLI
+# start, a forkserver and JAX's start-up (the runs themselves are the same).
+SUITE = """\
+name: jax-runs
+backend: jax
+amp: ampcert
+device: cpu
+precisions: [fp32]
+seeds: [0]
+unaccelerated: run
+workloads:
+  - workload: resnet
+    params: {size: tiny}
+  - workload: gpt
+    params: {size: tiny}
+  - workload: resnet
+    id: resnet-low
+    params: {size: tiny}
+    precisions: [bf16, fp16]
+    train: {steps: 12, eval_every: 6}
+  - workload: gpt
+    id: gpt-low
+    params: {size: tiny, eval_windows: 32}
+    precisions: [bf16]
+    train: {steps: 12, eval_every: 6}
+"""
+
+
+@pytest.fixture(scope="module")
+def jax_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("jax-runs")
+    (root / "suite.yaml").write_text(SUITE)
+    out = root / "out"
+    proc = run_cli("run", root / "suite.yaml", "--out", out, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    res = _results(out)
+    return out, _results(out)
+
+
+def test_fp32_reaches_the_torch_targets(jax_runs):
+    out, res = jax_runs
     for key in ("resnet-fp32", "gpt-fp32"):
         r = res[key]
         assert r["status"] == "completed" and r["target_reached"], (key, r["evals"])
@@ -50,28 +74,10 @@ def test_fp32_reaches_the_torch_targets(tmp_path, write_suite):
     assert events[-1]["key"] == "run_stop" and events[-1]["metadata"]["status"] == "success"
 
 
-def test_low_precision_runs_record_policy_rewrite_and_loss_scale(tmp_path, write_suite):
-    suite = write_suite("""
-        name: jax-low
-        backend: jax
-        amp: ampcert
-        device: cpu
-        precisions: [bf16, fp16]
-        seeds: [0]
-        unaccelerated: run
-        train: {steps: 12, eval_every: 6}
-        workloads:
-          - workload: resnet
-            params: {size: tiny}
-          - workload: gpt
-            params: {size: tiny, eval_windows: 32}
-            precisions: [bf16]
-    """)
-    out = tmp_path / "out"
-    proc = run_cli("run", suite, "--out", out, timeout=400)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    res = _results(out)
-    assert len(res) == 3
+def test_low_precision_runs_record_policy_rewrite_and_loss_scale(jax_runs):
+    out, everything = jax_runs
+    res = {key: r for key, r in everything.items() if r["spec"]["precision"] != "fp32"}
+    assert len(res) == 3 and {r["spec"]["label"] for r in res.values()} == {"resnet-low", "gpt-low"}
     for key, r in res.items():
         assert r["status"] == "completed" and r["steps"] == 12, key
         assert r["amp_policy"]["name"] == "jax" and len(r["amp_policy"]["sha256"]) == 64
@@ -96,14 +102,14 @@ def test_low_precision_runs_record_policy_rewrite_and_loss_scale(tmp_path, write
 ])
 def test_bad_jax_suites_exit_2_with_one_line(tmp_path, write_suite, extra, message):
     suite = write_suite("name: bad\nbackend: jax\n" + extra + "workloads:\n  - workload: resnet\n")
-    proc = run_cli("run", suite, "--out", tmp_path / "out")
+    proc = warm_cli("run", suite, "--out", tmp_path / "out")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_audit_backend_jax_passes_for_the_shipped_policy():
-    proc = run_cli("audit", "--backend", "jax")
+    proc = warm_cli("audit", "--backend", "jax")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for region in ("jit", "scan", "while", "cond", "custom_jvp", "custom_vjp", "remat"):
         assert any(line.split()[:2] == [region, "yes"] for line in proc.stdout.splitlines()), region

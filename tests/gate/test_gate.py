@@ -1,20 +1,29 @@
-"""The regression gate (`ampcert compare`) and capacity planning (`ampcert plan`)
-on real results of tiny real runs.
+"""The regression gate (`ampcert compare`) and capacity planning (`ampcert plan`).
 
-The folders come from real `ampcert run` invocations of small suites: the
-digits CNN (6 seeds x 60 steps) and the underflow MLP in fp32 and fp16 (2
-seeds), certified with a one-rule parity pack. Timing on a shared 2-core
-machine is only as good as the measurement: other processes' load drifts by
-tens of percent from one minute to the next, more than a 15% slowdown
-(so the test injects 30%). So the two sides of each comparison run side by side (interleaved in
-time, the usual practice for A/B timing on a noisy machine), single-threaded
-(OMP_NUM_THREADS=1: two torch processes with a thread per core each would
-fight over the 2 cores).
+The timing tests (marked serial: they run alone, after the parallel run) compare
+folders from real `ampcert run` invocations of small suites: the digits CNN (6
+seeds x 60 steps) and the underflow MLP in fp32 and fp16 (2 seeds), certified
+with a one-rule parity pack. Timing on a shared 2-core machine is only as good
+as the measurement: other processes' load drifts by tens of percent from one
+minute to the next, more than a 15% slowdown (so the test injects 30%). So the
+two sides of each comparison run side by side (interleaved in time, the usual
+practice for A/B timing on a noisy machine), single-threaded (OMP_NUM_THREADS=1:
+two torch processes with a thread per core each would fight over the 2 cores).
+The slowdown test also holds the gate to the real verdict flip (fp16 without
+loss scaling fails its parity rule).
+
+The other tests check what the gate and the planner compute from results, so
+they read synthetic folders of the same suite (:func:`synthetic_folder`: the
+real planner's run matrix, results shaped as this CPU records them, verdicts
+from the real certifier) instead of training five more suites in the parallel
+run (~75 s of CPU, for figures the tests construct or hand-compute anyway).
 """
 
 from __future__ import annotations
 
+import copy
 import csv
+import hashlib
 import io
 import json
 import shutil
@@ -25,9 +34,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import assert_one_line_error, cli_env, run_cli
+from factories import completed, warm_cli, write_results
+from factories import plan as plan_runs
 
 from ampcert import gate, plan, results
+from ampcert.certify import evaluate, load_rules
 from ampcert.errors import UserError
 
 RULES = """\
@@ -115,6 +128,55 @@ def folders(suites, pair) -> dict:
     return pair | run_side_by_side({"base2": base, "base3": base, "base4": base}, root)
 
 
+# What a real run of SUITE records on this CPU (the figures of a measured run, rounded):
+# the gate and the planner read these fields.
+ENVIRONMENT = {"torch": "2.13.0+cpu", "device_name": "Test CPU"}
+NO_ENERGY = {"energy": {"scope": "host", "train_j": None, "eval_j": None, "init_j": None, "total_j": None,
+                        "train_j_per_sample": None, "method": None,
+                        "reason": "host: RAPL unavailable: /sys/class/powercap not present"}}
+SPEED = {"digits": 17_000.0, ("underflow", "fp32"): 137_000.0, ("underflow", "fp16"): 69_000.0}
+ACCURACY = {"digits": [0.791, 0.713, 0.813, 0.827, 0.844, 0.774], "underflow": [0.922, 0.908]}
+
+
+def synthetic_folder(suites: tuple[Path, Path, Path], name: str, *, candidate: bool = False, side: int = 0) -> Path:
+    """A results folder of the baseline suite (or, with ``candidate``, of the candidate:
+    digits 30% slower, fp16 without loss scaling, which then stays at chance accuracy)
+    as `ampcert run` leaves it: plan.json with the run matrix the real planner makes of
+    that suite, a result.json per run, verdicts.json from the real certifier. ``side``
+    moves each run's throughput by a few percent, as two measurements of the same code
+    differ; accuracies depend on the seed only (same code, same seed: bit-identical)."""
+    root, base_suite, cand_suite = suites
+    suite_file = cand_suite if candidate else base_suite
+    runs = []
+    for spec in plan_runs(yaml.safe_load(suite_file.read_text())):
+        wobble = (1 + 0.004 * side) * (1 + 0.01 * ((3 * spec.seed + side) % 5 - 2))  # a few percent
+        if spec.label == "digits":
+            speed, accuracy = SPEED["digits"] / (1.3 if candidate else 1.0), ACCURACY["digits"][spec.seed]
+        else:
+            speed, accuracy = SPEED[("underflow", spec.precision)], ACCURACY["underflow"][spec.seed]
+            if candidate and spec.precision == "fp16":
+                accuracy = 0.1 + 0.01 * spec.seed  # no loss scaler: the gradients underflow, nothing is learnt
+        runs.append(completed(spec, final_metric=accuracy, samples_per_s=round(speed * wobble, 1),
+                              environment=ENVIRONMENT, telemetry=copy.deepcopy(NO_ENERGY)))
+    folder = write_results(root / name, runs, suite="gate")
+    stored = json.loads((folder / "plan.json").read_text())
+    stored["suite_sha256"] = hashlib.sha256(suite_file.read_bytes()).hexdigest()
+    (folder / "plan.json").write_text(json.dumps(stored))
+    (folder / "verdicts.json").write_text(evaluate(runs, load_rules(root / "rules.yaml")).model_dump_json())
+    return folder
+
+
+@pytest.fixture(scope="module")
+def synthetic(suites) -> dict[str, Path]:
+    """Synthetic twins of the real folders, for the tests of what is computed from
+    results: base1 and cand (the candidate suite), base2 and base3 (the same suite
+    measured twice)."""
+    return {"base1": synthetic_folder(suites, "syn-base1"),
+            "cand": synthetic_folder(suites, "syn-cand", candidate=True, side=1),
+            "base2": synthetic_folder(suites, "syn-base2", side=2),
+            "base3": synthetic_folder(suites, "syn-base3", side=3)}
+
+
 def _compare(b: Path, c: Path, cfg=None) -> gate.GateResult:
     return gate.compare(gate.load_source(b), gate.load_source(c), cfg or gate.load_gate())
 
@@ -171,6 +233,12 @@ def test_injected_slowdown_is_flagged(pair, tmp_path):
     assert _row(result, DIGITS, "final_metric").status == "OK"
     assert _row(result, DIGITS, "final_metric").change == 0  # same seeds, same code path: bit-identical
     assert _row(result, DIGITS, "peak_memory_bytes").status == "OK"
+    # on real runs too (test_accuracy_drop_... checks the rest on synthetic ones): fp16
+    # trained without loss scaling fails its parity rule, a verdict flip the gate flags
+    assert result.baseline.certificate == "PASS" and result.candidate.certificate == "FAIL"
+    overall = {(str(v.subject), v.rule): v for v in result.verdict_changes}[(FP16, None)]
+    assert (overall.baseline, overall.candidate, overall.regression) == ("PASS", "FAIL", True)
+    assert _row(result, FP16, "final_metric").change < -0.5
     # the terminal output names the test that decided, and the verdict
     assert "REGRESSION" in proc.stdout and "bootstrap 95% CI" in proc.stdout and "FAIL:" in proc.stdout
     md = out_md.read_text()
@@ -178,8 +246,9 @@ def test_injected_slowdown_is_flagged(pair, tmp_path):
     assert "| **REGRESSION** |" in md
 
 
-def test_accuracy_drop_that_flips_a_verdict_is_a_regression(folders):
-    result = _compare(folders["base1"], folders["cand"])
+def test_accuracy_drop_that_flips_a_verdict_is_a_regression(synthetic):
+    # (synthetic folders; the serial slowdown test checks the flip on real runs)
+    result = _compare(synthetic["base1"], synthetic["cand"])
     assert result.baseline.certificate == "PASS" and result.candidate.certificate == "FAIL"
     flips = {(str(v.subject), v.rule): v for v in result.verdict_changes}
     overall = flips[(FP16, None)]
@@ -213,20 +282,20 @@ def test_same_code_twice_is_not_flagged(folders):
     assert proc.returncode == 0 and "PASS: no regression" in proc.stdout, proc.stdout + proc.stderr
 
 
-def test_report_json_compares_like_its_folder(folders, tmp_path):
-    report = _write_report(folders["base3"], tmp_path / "report.json")
-    via_report = _compare(folders["base2"], report)
-    via_folder = _compare(folders["base2"], folders["base3"])
+def test_report_json_compares_like_its_folder(synthetic, tmp_path):
+    report = _write_report(synthetic["base3"], tmp_path / "report.json")
+    via_report = _compare(synthetic["base2"], report)
+    via_folder = _compare(synthetic["base2"], synthetic["base3"])
     assert via_report.candidate.kind == "report" and via_report.candidate.certificate == "PASS"
     assert [(c.metric, c.status, c.change, c.ci) for c in via_report.comparisons] == \
         [(c.metric, c.status, c.change, c.ci) for c in via_folder.comparisons]
 
 
-def test_mismatched_suites_and_bad_input_exit_2(folders, tmp_path):
-    other = _write_report(folders["base3"], tmp_path / "other.json", suite_name="vision")
-    assert_one_line_error(run_cli("compare", folders["base2"], other), "suites differ", "'gate'", "'vision'")
-    disjoint = _write_report(folders["base3"], tmp_path / "disjoint.json", relabel="resnet")
-    assert_one_line_error(run_cli("compare", disjoint, folders["base2"]),
+def test_mismatched_suites_and_bad_input_exit_2(synthetic, tmp_path):
+    other = _write_report(synthetic["base3"], tmp_path / "other.json", suite_name="vision")
+    assert_one_line_error(warm_cli("compare", synthetic["base2"], other), "suites differ", "'gate'", "'vision'")
+    disjoint = _write_report(synthetic["base3"], tmp_path / "disjoint.json", relabel="resnet")
+    assert_one_line_error(warm_cli("compare", disjoint, synthetic["base2"]),
                           "no common (workload, backend, precision)", "resnet/torch/fp32", "digits/torch/fp32")
     # the same, in-process, without a subprocess each
     bad_json = tmp_path / "bad.json"
@@ -245,12 +314,12 @@ def test_mismatched_suites_and_bad_input_exit_2(folders, tmp_path):
             gate.load_source(path)
 
 
-def test_gate_file_overrides_defaults(folders, tmp_path):
+def test_gate_file_overrides_defaults(synthetic, tmp_path):
     loose = tmp_path / "loose.yaml"
     loose.write_text("metrics:\n  samples_per_s: {threshold: 0.6}\nverdicts: {new_fail: false}\n")
     cfg = gate.load_gate(loose)
     assert cfg.metrics["samples_per_s"].threshold == 0.6 and cfg.metrics["final_metric"].threshold == 0.02
-    result = _compare(folders["base1"], folders["cand"], cfg)
+    result = _compare(synthetic["base1"], synthetic["cand"], cfg)
     assert _row(result, DIGITS, "samples_per_s").status == "OK"  # a ~23% drop in throughput is under 60%
     assert result.status == "PASS" and result.verdict_changes  # still listed, no longer failing
     assert result.gate["name"] == "default + loose.yaml"
@@ -262,13 +331,13 @@ def test_gate_file_overrides_defaults(folders, tmp_path):
         bad.write_text(text)
         with pytest.raises(UserError, match=fragment.replace("(", r"\(")):
             gate.load_gate(bad)
-    assert_one_line_error(run_cli("compare", folders["base2"], folders["base3"], "--gate", tmp_path / "no.yaml"),
+    assert_one_line_error(warm_cli("compare", synthetic["base2"], synthetic["base3"], "--gate", tmp_path / "no.yaml"),
                            "no.yaml", "--gate")
 
 
-def test_runs_that_fail_now_are_regressions(folders):
-    base = gate.load_source(folders["base2"])
-    cand = gate.load_source(folders["base3"])
+def test_runs_that_fail_now_are_regressions(synthetic):
+    base = gate.load_source(synthetic["base2"])
+    cand = gate.load_source(synthetic["base3"])
     broken = [r.model_copy(update={"status": "failed", "reason": "RuntimeError: CUDA out of memory"})
               if r.spec.label == "digits" and r.spec.seed == 1 else r for r in cand.runs]
     result = gate.compare(base, gate.Source(cand.path, cand.kind, cand.suite_name, cand.suite_sha256, broken,
@@ -279,14 +348,14 @@ def test_runs_that_fail_now_are_regressions(folders):
     assert "out of memory" in result.regressions[-1]
 
 
-def test_decision_needs_effect_and_support(folders):
+def test_decision_needs_effect_and_support(synthetic):
     """The decision rule on constructed step times (real runs otherwise): 15%
     slower on consistent runs is a regression, 5% is within the threshold, 15%
     faster is an improvement; two runs a side support nothing; and runs far
     apart (a noisy machine) leave a 15% change INCONCLUSIVE, not failed."""
     import numpy as np
 
-    base = gate.load_source(folders["base2"])
+    base = gate.load_source(synthetic["base2"])
     template = [r for r in base.runs if r.spec.label == "digits"]
     noise = np.random.default_rng(0)
     # four runs of 100 steps: 10 ms +- 3% per step, runs 2% apart
@@ -316,8 +385,8 @@ def test_decision_needs_effect_and_support(folders):
 # --------------------------------------------------------------------------- capacity planning
 
 
-def test_capacity_plan_matches_hand_computed_figures(folders):
-    rs = results.load(folders["base2"])
+def test_capacity_plan_matches_hand_computed_figures(synthetic):
+    rs = results.load(synthetic["base2"])
     n, k, price = 10_000_000, 4, 2.5
     cp = plan.capacity_plan(rs.runs, target_samples=n, gpus=k, price_per_gpu_hour=price)
     rows = {f"{r.workload}/{r.backend}/{r.amp}/{r.precision}": r for r in cp.rows}
@@ -333,7 +402,7 @@ def test_capacity_plan_matches_hand_computed_figures(folders):
     assert row.gpu_hours == pytest.approx(n / median / 3600)  # K devices x wall time
     assert row.cost == pytest.approx(n / median / 3600 * price)
     assert row.cost_range == pytest.approx([n / digits[-1] / 3600 * price, n / digits[0] / 3600 * price])
-    # no energy counter on this machine: null with the reason, never 0
+    # no energy counter (as a CPU without RAPL records it): null with the reason, never 0
     assert row.energy_kwh is None and row.energy_reason
     assert row.speedup_vs_fp32 is None and row.time_saving_vs_fp32 is None  # it is the FP32 row
 
@@ -345,14 +414,14 @@ def test_capacity_plan_matches_hand_computed_figures(folders):
     assert fp16.speedup_vs_fp32 == pytest.approx(thr("fp16") / thr("fp32"))
     assert fp16.time_saving_vs_fp32 == pytest.approx(1 - thr("fp32") / thr("fp16"))
     assert fp16.cost_saving_vs_fp32 == pytest.approx(1 - thr("fp32") / thr("fp16"))
-    assert not fp16.accelerated  # this CPU has no fast fp16: the plan says so
+    assert not fp16.accelerated  # a CPU without fast fp16 (as planned for this suite): the plan says so
 
 
-def test_capacity_plan_energy_from_a_stored_result_with_energy(folders, tmp_path):
+def test_capacity_plan_energy_from_a_stored_result_with_energy(synthetic, tmp_path):
     """A stored result that measured energy (as a GPU run's NVML counter records
     it): kWh = N x median J/sample / 3.6e6, the range from the seeds."""
     folder = tmp_path / "with-energy"
-    shutil.copytree(folders["base2"], folder)
+    shutil.copytree(synthetic["base2"], folder)
     joules = {0: 0.5, 1: 0.6, 2: 0.8, 3: 0.7, 4: 0.55, 5: 0.65}
     for path in folder.glob("runs/digits-*/result.json"):
         data = json.loads(path.read_text())
@@ -369,8 +438,8 @@ def test_capacity_plan_energy_from_a_stored_result_with_energy(folders, tmp_path
     assert row.cost is None and "pass --price-per-gpu-hour" in row.cost_reason  # a CPU has no list price
 
 
-def test_plan_cli_table_csv_and_pricing(folders, tmp_path):
-    rs = results.load(folders["base2"])
+def test_plan_cli_table_csv_and_pricing(synthetic, tmp_path):
+    rs = results.load(synthetic["base2"])
     device = rs.runs[0].environment["device_name"]
     pricing = tmp_path / "pricing.yaml"
     pricing.write_text(textwrap.dedent(f"""\
@@ -380,7 +449,7 @@ def test_plan_cli_table_csv_and_pricing(folders, tmp_path):
           - {{name: this machine, match: [{json.dumps(device)}], price_per_gpu_hour: 1.25}}
     """))
     out_csv = tmp_path / "plan.csv"
-    proc = run_cli("plan", folders["base2"], "--target-samples", "1000000", "--gpus", "2",
+    proc = warm_cli("plan", synthetic["base2"], "--target-samples", "1000000", "--gpus", "2",
                    "--pricing", pricing, "--csv", out_csv)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "linear scaling" in proc.stdout and "not measured" in proc.stdout and "EUR" in proc.stdout
@@ -393,4 +462,4 @@ def test_plan_cli_table_csv_and_pricing(folders, tmp_path):
         assert float(got["cost"]) == pytest.approx(want.gpu_hours * 1.25)
         assert got["energy_kwh"] == "" and got["energy_reason"]
     assert expected.rows[0].price_source.endswith("this machine (test prices)")
-    assert_one_line_error(run_cli("plan", folders["base2"], "--target-samples", "0"), "--target-samples")
+    assert_one_line_error(warm_cli("plan", synthetic["base2"], "--target-samples", "0"), "--target-samples")

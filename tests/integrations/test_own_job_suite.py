@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, run_cli
+from factories import certified_own_jobs
 
 from ampcert.results import load
 
@@ -27,12 +28,7 @@ JOBS = ("hf-bert", "lightning-encoder", "mllog-mlp")
 
 @pytest.fixture(scope="module")
 def certified(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("own-job")
-    assert run_cli("keygen", tmp / "key").returncode == 0
-    out = tmp / "out"
-    proc = run_cli("run", EXAMPLES / "suite.yaml", "--out", out, "--sign-key", tmp / "key", cwd=tmp, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out
+    return certified_own_jobs(tmp_path_factory)
 
 
 def test_the_three_jobs_are_certified_with_parity_throughput_and_time_to_quality(certified):

@@ -16,13 +16,13 @@ invocation must then have
   file, and no process of its group behind;
 
 and `ampcert run --resume DIR` must then finish the folder, redoing only the
-interrupted run. Two chains interrupt a `--resume` too: one with SIGTERM to
-its group, one with a second Ctrl-C while the first one's shutdown is held
-up (the forkserver stopped, so the killed worker cannot be reaped and the
-orchestrator waits for it), which must end the process at once, with the
-same one line.
+interrupted run. Each chain interrupts its `ampcert run` and then two
+`--resume`s in turn; one of those is a second Ctrl-C while the first one's
+shutdown is held up (the forkserver stopped, so the killed worker cannot be
+reaped and the orchestrator waits for it), which must end the process at
+once, with the same one line.
 
-The chains run side by side (each invocation spends most of its time
+The two chains run side by side (each invocation spends most of its time
 importing torch, scipy and matplotlib), and every test here shares them.
 """
 
@@ -69,12 +69,19 @@ class Stop:
 
 
 # Each chain: `ampcert run`, interrupted; `--resume`, interrupted, as often as listed;
-# then `--resume` with the gate open, to the end.
+# then `--resume` with the gate open, to the end. Every stop is followed by a resume
+# (the next invocation, or the last one), so every signal is checked both ways: it stops
+# the invocation as the policy says, and the folder it leaves resumes, redoing only the
+# interrupted run. Two chains of three stops, not one chain per signal: each invocation
+# costs ~7 s of CPU (mostly imports), and the stops need no fresh folder of their own
+# (four chains took 10 invocations for these six stops; two take 8).
 CHAINS = {
-    "sigint": [Stop(signal.SIGINT, group=False)],
-    "ctrl_c": [Stop(signal.SIGINT, group=True), Stop(signal.SIGINT, group=True, twice=True)],
-    "sigterm": [Stop(signal.SIGTERM, group=False), Stop(signal.SIGTERM, group=True)],
-    "hangup": [Stop(signal.SIGHUP, group=True)],
+    # what a terminal sends the whole group: Ctrl-C, Ctrl-C again while the first is held up, a hangup
+    "ctrl_c": [Stop(signal.SIGINT, group=True), Stop(signal.SIGINT, group=True, twice=True),
+               Stop(signal.SIGHUP, group=True)],
+    # `kill PID` to the orchestrator alone, then `kill -TERM -PGID` to its group
+    "kill": [Stop(signal.SIGINT, group=False), Stop(signal.SIGTERM, group=False),
+             Stop(signal.SIGTERM, group=True)],
 }
 INTERRUPTED = [f"{name}/{i}" for name, stops in CHAINS.items() for i in range(len(stops))]
 
@@ -122,10 +129,13 @@ class Chain:
 
 
 def _default_sigint() -> None:
-    """SIGINT at its default in the child: a shell starts background jobs (a CI script's
-    `cmd &`) with SIGINT ignored, exec keeps that, and ampcert rightly leaves an inherited
-    ignore alone, so without this the SIGINT chains would test the shell, not ampcert."""
+    """SIGINT and SIGHUP at their defaults in the child: a shell starts background jobs (a
+    CI script's `cmd &`) with SIGINT ignored, `nohup` starts its command with SIGHUP
+    ignored, exec keeps both, and ampcert rightly leaves an inherited ignore alone, so
+    without this the SIGINT and SIGHUP stops would test the shell, not ampcert (under
+    `nohup pytest` the SIGHUP stop would wait out the run's timeout and fail)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def _children(pid: int) -> list[tuple[int, str, str]]:
@@ -317,6 +327,8 @@ def test_a_signal_stops_the_run_with_one_line_and_keeps_what_finished(chains, wh
     # the interrupted run: no result (not even a failed one), no half-written temp file: pending
     assert "result.json" not in outcome["gate_files"] and outcome["temp"] == [], (which, outcome)
     assert outcome["missing"] == [outcome["gate_id"]], which
+    if int(step) > 0:  # a resume (after the chain's previous stop) that redid only the interrupted run
+        assert "resuming: 1 of 2 runs already have results" in outcome["stdout"], (which, outcome["stdout"])
     if outcome["note"]:
         print(f"\n{which}: {outcome['note']}")
 

@@ -6,6 +6,9 @@ The Ray test kills the worker process of a run while it trains (the pid comes
 from the run's ``running`` line in fleet.jsonl) and checks that the run is
 retried, and that the folder then equals the local one: the same run ids and
 the same verdicts (the rule pack holds only checks that cannot depend on timing).
+The retry and the submitit tests finish a copy of the local folder with two runs
+taken out (one per precision); a suite from scratch runs on Ray in the
+interrupted-folder test, whose remaining runs submitit then trains.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, cli_env, run_cli
-from factories import built_once
+from factories import built_once, warm_cli  # warm: the CLI forked with its imports done, 2-3 s less
 
 pytest.importorskip("ray")
 pytest.importorskip("submitit")
@@ -101,6 +104,19 @@ def assert_same_as_local(folder: Path, local: Path) -> None:
         assert (folder / "runs" / run_id / "run.mllog").stat().st_size > 0
 
 
+def pending_copy(local: Path, dest: Path, seed: str) -> tuple[Path, set[str]]:
+    """A copy of the local folder without the runs whose id holds ``seed`` ("-s0-") and
+    without its verdicts: what a `--resume` on another executor must train and certify
+    again (assert_same_as_local then compares the verdicts it wrote, not the copied ones)."""
+    shutil.copytree(local, dest)
+    pending = {run_id for run_id in run_ids(local) if seed in run_id}
+    assert len(pending) == 2, pending  # fp32 and bf16
+    for run_id in pending:
+        shutil.rmtree(dest / "runs" / run_id)
+    (dest / "verdicts.json").unlink()
+    return dest, pending
+
+
 def fleet_log(folder: Path) -> list[dict]:
     path = folder / "fleet.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -140,10 +156,66 @@ def ray_cluster():
         shutil.rmtree(temp, ignore_errors=True)
 
 
+# The tests that need no Ray cluster come first: the module's cluster starts with the
+# first test that asks for it and stops after the module's last test, so with the Ray
+# tests last its daemons (~0.1 s of CPU a second, idle) are not kept through the rest.
+
+
+def test_ray_at_an_address_nothing_answers_on_is_one_line(local_folder, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(local_folder, folder)
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    done = warm_cli("run", "--resume", folder, "--executor", "ray", "--address", f"127.0.0.1:{free_port()}",
+                    timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().startswith("ampcert: error: --address 127.0.0.1:")
+    assert "cannot reach a Ray cluster there" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+
+
+def test_without_ray_or_submitit_installed_the_extra_is_named(suite, tmp_path):
+    shim = tmp_path / "shim"
+    for name in ("ray", "submitit"):
+        (shim / name).mkdir(parents=True)
+        (shim / name / "__init__.py").write_text(f"raise ImportError('{name} is absent (test shim)')\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(shim), cli_env()["PYTHONPATH"]])}
+    for executor, extra in (("ray", "ampcert[ray]"), ("slurm", "ampcert[slurm]")):
+        out = tmp_path / executor
+        done = run_cli("run", suite, "--out", out, "--executor", executor, env=env)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert f"pip install '{extra}'" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+        assert not out.exists()
+
+
+def test_slurm_without_sbatch_points_to_slurm_local(suite, tmp_path):
+    if shutil.which("sbatch"):
+        pytest.skip("this machine is a Slurm login node")
+    done = warm_cli("run", suite, "--out", tmp_path / "out", "--executor", "slurm")
+    assert done.returncode == 2 and "no sbatch on PATH" in done.stderr and "--slurm-local" in done.stderr
+
+
+def test_submitit_local_job_arrays_match_the_local_folder(local_folder, tmp_path):
+    # Two of the four runs (one per precision) through submitit, the rest kept from the local
+    # folder: each job is a fresh interpreter (~4 s of CPU before it trains), and the runs
+    # a job array trains are what is compared; a fresh suite through sbatch is the slurm test's.
+    out, pending = pending_copy(local_folder, tmp_path / "slurm", "-s1-")
+    done = warm_cli("run", "--resume", out, "--executor", "slurm", "--slurm-local")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "resuming: 2 of 4 runs already have results" in done.stdout, done.stdout
+    assert_same_as_local(out, local_folder)
+    log = fleet_log(out)
+    assert {e["run_id"] for e in log if e["event"] == "running"} == pending
+    assert all(e["attempt"] == 1 for e in log)
+    assert (out / ".submitit").is_dir()
+
+
 def test_ray_retries_a_run_whose_worker_is_killed_and_matches_the_local_folder(
-        suite, local_folder, ray_cluster, tmp_path):
-    out = tmp_path / "ray"
-    proc = subprocess.Popen([sys.executable, "-m", "ampcert", "run", str(suite), "--out", str(out),
+        local_folder, ray_cluster, tmp_path):
+    # Two runs (fp32 and bf16, seed 0) to do on Ray, the rest kept from the local folder: the
+    # retry needs one run to kill and the comparison a run of each precision, not all four
+    # (a fresh suite on Ray is the next test's).
+    out, pending = pending_copy(local_folder, tmp_path / "ray", "-s0-")
+    proc = subprocess.Popen([sys.executable, "-m", "ampcert", "run", "--resume", str(out),
                              "--executor", "ray", "--address", ray_cluster],
                             cwd=REPO, env=cli_env() | RAY_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     killed = None
@@ -162,6 +234,7 @@ def test_ray_retries_a_run_whose_worker_is_killed_and_matches_the_local_folder(
     lost = next(e for e in fleet_log(out) if e["event"] == "lost")
     assert "Worker" in lost["reason"] or "died" in lost["reason"], lost
     assert f"[retry] {killed['run_id']}: attempt 2" in output
+    assert {e["run_id"] for e in fleet_log(out) if e["event"] == "done"} == pending
     assert_same_as_local(out, local_folder)
 
 
@@ -186,7 +259,7 @@ def test_an_interrupted_ray_folder_is_finished_by_another_executor(suite, local_
     kept = {e["run_id"] for e in fleet_log(out) if e["event"] == "done"}
     assert kept and kept == {p.parent.name for p in out.glob("runs/*/result.json")}
     assert len(kept) < len(run_ids(local_folder))  # the test interrupted something
-    done = run_cli("run", "--resume", out, "--executor", "slurm", "--slurm-local")
+    done = warm_cli("run", "--resume", out, "--executor", "slurm", "--slurm-local")
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"resuming: {len(kept)} of 4 runs already have results" in done.stdout
     assert {e["run_id"] for e in fleet_log(out) if e["executor"] == "slurm"} == run_ids(local_folder) - kept
@@ -199,8 +272,8 @@ def test_ray_refuses_a_run_larger_than_every_node_and_keeps_the_folder(local_fol
     result_file = next((folder / "runs").iterdir()) / "result.json"
     result_file.unlink()  # one run left to do
     before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
-    done = run_cli("run", "--resume", folder, "--executor", "ray", "--address", ray_cluster, "--cpus-per-run", "3",
-                   env=RAY_ENV)
+    done = warm_cli("run", "--resume", folder, "--executor", "ray", "--address", ray_cluster, "--cpus-per-run", "3",
+                    env=RAY_ENV)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "asks for 3 CPU on one node; the largest node of" in done.stderr and "has 2 CPU, 0 GPU" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -226,50 +299,6 @@ finally:
     checked = subprocess.run([sys.executable, "-c", script], env=cli_env() | RAY_ENV, capture_output=True,
                              text=True, timeout=120)
     assert "asks for 1 CPU, 1 GPU on one node" in checked.stdout, checked.stdout + checked.stderr
-
-
-def test_ray_at_an_address_nothing_answers_on_is_one_line(local_folder, tmp_path):
-    folder = tmp_path / "copy"
-    shutil.copytree(local_folder, folder)
-    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
-    done = run_cli("run", "--resume", folder, "--executor", "ray", "--address", f"127.0.0.1:{free_port()}",
-                   timeout=60)
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert done.stderr.strip().startswith("ampcert: error: --address 127.0.0.1:")
-    assert "cannot reach a Ray cluster there" in done.stderr and len(done.stderr.strip().splitlines()) == 1
-    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
-
-
-def test_without_ray_or_submitit_installed_the_extra_is_named(suite, tmp_path):
-    shim = tmp_path / "shim"
-    for name in ("ray", "submitit"):
-        (shim / name).mkdir(parents=True)
-        (shim / name / "__init__.py").write_text(f"raise ImportError('{name} is absent (test shim)')\n")
-    env = {"PYTHONPATH": os.pathsep.join([str(shim), cli_env()["PYTHONPATH"]])}
-    for executor, extra in (("ray", "ampcert[ray]"), ("slurm", "ampcert[slurm]")):
-        out = tmp_path / executor
-        done = run_cli("run", suite, "--out", out, "--executor", executor, env=env)
-        assert done.returncode == 2, done.stdout + done.stderr
-        assert f"pip install '{extra}'" in done.stderr and len(done.stderr.strip().splitlines()) == 1
-        assert not out.exists()
-
-
-def test_slurm_without_sbatch_points_to_slurm_local(suite, tmp_path):
-    if shutil.which("sbatch"):
-        pytest.skip("this machine is a Slurm login node")
-    done = run_cli("run", suite, "--out", tmp_path / "out", "--executor", "slurm")
-    assert done.returncode == 2 and "no sbatch on PATH" in done.stderr and "--slurm-local" in done.stderr
-
-
-def test_submitit_local_job_arrays_match_the_local_folder(suite, local_folder, tmp_path):
-    out = tmp_path / "slurm"
-    done = run_cli("run", suite, "--out", out, "--executor", "slurm", "--slurm-local")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert_same_as_local(out, local_folder)
-    log = fleet_log(out)
-    assert {e["run_id"] for e in log if e["event"] == "running"} == run_ids(local_folder)
-    assert all(e["attempt"] == 1 for e in log)
-    assert (out / ".submitit").is_dir()
 
 
 @pytest.mark.slurm
