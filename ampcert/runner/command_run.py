@@ -45,6 +45,7 @@ from ampcert.results import FailureKind, ResultsDir, RunResult, atomic_write_jso
 from ampcert.runner import signals
 from ampcert.runner.code_identity import job_source
 from ampcert.runner.procs import end_tree
+from ampcert.runner.torchrun import Tail
 from ampcert.spec import RunSpec
 from ampcert.telemetry.host import HostSource, TreeStats, process_tree
 from ampcert.version import __version__
@@ -69,27 +70,13 @@ def _last_line(path: Path, limit: int = 240) -> str | None:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-class _LogTail:
+class _LogTail(Tail):
     """MLLOG events appended since the last read, leniently (progress only; the result
     reads the whole log strictly once the job is over)."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.offset = 0
-        self.partial = b""
-
     def read(self) -> list[dict[str, Any]]:
-        try:
-            with self.path.open("rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-        except OSError:
-            return []
-        self.offset += len(data)
-        lines = (self.partial + data).split(b"\n")
-        self.partial = lines.pop()
         events = []
-        for raw in lines:
+        for raw in self.new_lines():
             line = raw.decode("utf-8", "replace")
             at = line.find(mllog.PREFIX)
             if at < 0:

@@ -65,15 +65,17 @@ def command(spec: RunSpec, spec_file: Path, root: Path, channel: Path, *,
     return cmd
 
 
-class _Tail:
-    """Complete JSON lines appended to a file since the last read."""
+class Tail:
+    """Complete JSON lines appended to a file since the last read (a line still being
+    written waits for the next read). Also the command job's MLLOG tail."""
 
     def __init__(self, path: Path):
         self.path = path
         self.offset = 0
         self.partial = b""
 
-    def read(self) -> list[dict[str, Any]]:
+    def new_lines(self) -> list[bytes]:
+        """The complete lines appended since the last call."""
         try:
             with self.path.open("rb") as fh:
                 fh.seek(self.offset)
@@ -83,8 +85,11 @@ class _Tail:
         self.offset += len(data)
         lines = (self.partial + data).split(b"\n")
         self.partial = lines.pop()
+        return lines
+
+    def read(self) -> list[dict[str, Any]]:
         out = []
-        for line in lines:
+        for line in self.new_lines():
             try:
                 out.append(json.loads(line))
             except ValueError:
@@ -169,7 +174,7 @@ class TorchrunRun:
         env.setdefault("PYTHONUNBUFFERED", "1")
         self.started_at = now_iso()
         self.spawned = time.time()
-        self.tail = _Tail(channel / "progress.jsonl")
+        self.tail = Tail(channel / "progress.jsonl")
         cmd = command(spec, spec_file, root, channel, orchestrator=os.getpid(), spawned=self.spawned, environ=env)
         with self.log_path.open("w", encoding="utf-8") as log:
             log.write("$ " + " ".join(cmd) + "\n")
