@@ -123,9 +123,12 @@ def pair(suites) -> dict:
 
 @pytest.fixture(scope="module")
 def folders(suites, pair) -> dict:
-    """The pair, and base2, base3 and base4 side by side (the same suite)."""
+    """The pair, and base2 and base3 side by side (the same suite). Two processes,
+    never three: three single-threaded runs on 2 cores leave one of them sharing a
+    core for minutes, which slowed one side's digits runs by 14% in CI (a real
+    difference in machine state, which the gate rightly called significant)."""
     root, base, _ = suites
-    return pair | run_side_by_side({"base2": base, "base3": base, "base4": base}, root)
+    return pair | run_side_by_side({"base2": base, "base3": base}, root)
 
 
 # What a real run of SUITE records on this CPU (the figures of a measured run, rounded):
@@ -267,17 +270,13 @@ def test_accuracy_drop_that_flips_a_verdict_is_a_regression(synthetic):
 
 @pytest.mark.serial  # throughput is compared: a test beside it on the other core makes one side slower
 def test_same_code_twice_is_not_flagged(folders):
-    """The false-positive check, six times: three runs of the same suite, each
-    against each in both directions."""
-    names = ["base2", "base3", "base4"]
-    for b in names:
-        for c in names:
-            if b == c:
-                continue
-            result = _compare(folders[b], folders[c])
-            assert result.status == "PASS", f"{b} -> {c}\n" + _table(result)
-            assert not result.verdict_changes and not result.run_failures
-            assert _row(result, DIGITS, "final_metric").change == 0
+    """The false-positive check: two runs of the same suite, side by side, each
+    against the other."""
+    for b, c in [("base2", "base3"), ("base3", "base2")]:
+        result = _compare(folders[b], folders[c])
+        assert result.status == "PASS", f"{b} -> {c}\n" + _table(result)
+        assert not result.verdict_changes and not result.run_failures
+        assert _row(result, DIGITS, "final_metric").change == 0
     proc = run_cli("compare", folders["base2"], folders["base3"])
     assert proc.returncode == 0 and "PASS: no regression" in proc.stdout, proc.stdout + proc.stderr
 
