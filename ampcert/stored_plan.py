@@ -39,7 +39,7 @@ class StoredPlan(BaseModel):
     tool: str | None = None              # "ampcert <version>" that planned it
     created_at: str | None = None        # ISO 8601, UTC
     suite: str                           # the suite's name
-    suite_source: str | None = None      # the suite file as given
+    suite_source: str | None = None      # the suite file as given, or a shipped one's label (ampcert:suites/smoke.yaml)
     suite_sha256: str | None = None      # of suite.yaml, byte for byte: shards of one suite share it
     device: str | None = None            # cpu or cuda, resolved
     capabilities: dict[str, Any] | None = None  # precision -> accelerated, speedup, note

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +111,32 @@ def test_ci_runs_the_readme_test_command_verbatim():
     assert command in (REPO / ".ci" / "run").read_text().splitlines()
     # the parallel run leaves out exactly what the serial run takes: together, every test
     assert "-m 'not serial'" in command and command.endswith("pytest -m serial")
+
+
+def _install_command(text: str) -> list[str]:
+    """The arguments of the first code block's `pip install` in ``text``."""
+    block = re.search(r"```(?:sh|bash)\n(.*?)\n```", text, re.S).group(1)
+    return shlex.split(re.search(r"pip install ([^&\n]+)", block).group(1))
+
+
+def test_the_quickstart_installs_as_the_readmes_main_job_does():
+    """Both install the wheel (not editable) with the torch extra, so the quick start's
+    `ampcert` is what ships, from any folder."""
+    main_job = _install_command((REPO / "README.md").read_text().split("Run the main job", 1)[1])
+    quickstart = _install_command((DOCS / "quickstart.md").read_text().split("## 1. Install", 1)[1])
+    assert quickstart == main_job
+    assert not {"-e", "--editable"} & set(main_job) and "'.[torch]'" in shlex.join(main_job)
+
+
+def test_the_readmes_audit_count_is_what_the_cpu_audit_audits():
+    """README's "N/N ops agree" is the count `ampcert audit --device cpu` prints: one row per
+    op of the shipped CPU policy and one per composite module (nn.RNN, nn.GRU). That every
+    row agrees is tests/amp/test_audit.py's and test_torch_rnn.py's to check; this keeps the
+    number the README quotes from going stale when ops are added (it said 122 at 125)."""
+    pytest.importorskip("torch")
+    from ampcert.amp.audit import audit_modules
+    from ampcert.amp.policy import shipped_policy
+
+    quoted = re.findall(r"\((\d+)/(\d+) ops agree", (REPO / "README.md").read_text())
+    audited = len(shipped_policy("cpu").ops) + len(audit_modules("cpu"))
+    assert quoted == [(str(audited), str(audited))]

@@ -138,7 +138,8 @@ def _convert_torchao(model: torch.nn.Module, recipe: Recipe, plans: list[LayerPl
     """Swap the planned layers for torchao's own FP8 Linear."""
     if not torchao_installed():
         raise UserError("`amp: native` with an FP8 precision trains torchao's Float8Linear: "
-                        "install it with `pip install 'ampcert[fp8]'`")
+                        "install it with `pip install 'ampcert[fp8]'`, or use `amp: ampcert`, "
+                        "whose FP8 layers need only torch")
     _quiet_torchao()
     names = {p.name for p in plans if p.convert}
     real = device == "cuda" and _torchao_real(recipe.precision)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ampcert.errors import UserError
-from ampcert.resources import SHIPPED_PREFIX
+from ampcert.resources import SHIPPED_PREFIX, shipped_label
 from ampcert.results import (
     ResultsDir,
     RunResult,
@@ -88,8 +88,10 @@ def check_fp8_layers(runs: list[RunSpec]) -> None:
         from ampcert.workloads import registry
 
         if run.amp == "native" and not torch_fp8.torchao_installed():
+            # The other way out, in the same line: ampcert's own FP8 layers need nothing beyond torch.
             raise UserError(f"workload {run.label!r}, precision {run.precision}: `amp: native` trains torchao's "
-                            "FP8 layers, and torchao is not installed: `pip install 'ampcert[fp8]'`")
+                            "FP8 layers, and torchao is not installed: `pip install 'ampcert[fp8]'`, or use "
+                            "`amp: ampcert`, whose FP8 layers need only torch")
 
         workload = registry.get(run.workload)
         task = workload.build(workload.Params.model_validate(run.params), 0, "cpu")
@@ -225,7 +227,9 @@ def write_plan(out: Path, plan: Plan, shard: dict[str, Any] | None = None) -> No
         "tool": f"ampcert {__version__}",
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "suite": plan.suite.name,
-        "suite_source": str(plan.suite_path),
+        # A shipped suite (`ampcert run smoke`) by its label, ampcert:suites/smoke.yaml, not the path
+        # of one installation; a user's suite file as given.
+        "suite_source": shipped_label(plan.suite_path),
         "suite_sha256": hashlib.sha256(raw).hexdigest(),
         "device": plan.device,
         "capabilities": plan.capabilities,

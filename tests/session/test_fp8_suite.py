@@ -113,6 +113,30 @@ def test_native_amp_trains_torchaos_fp8_layers(write_suite, tmp_path):
         assert r["fp8"]["converted_layers"] == 7
 
 
+def test_native_fp8_without_torchao_names_the_extra_and_amp_ampcert(monkeypatch):
+    """Without torchao, `amp: native` FP8 is refused in one line that names both ways on: the
+    fp8 extra, or `amp: ampcert`, whose FP8 layers need only torch. The planner says it before
+    any run; the worker says the same where a plan made with torchao runs without it."""
+    import torch
+
+    from ampcert.amp.fp8_recipes import recipe_for
+    from ampcert.backends import torch_fp8
+    from ampcert.errors import UserError
+    from ampcert.runner.planning import check_fp8_layers
+
+    monkeypatch.setattr(torch_fp8, "torchao_installed", lambda: False)
+    runs = plan({"name": "fp8-native", "amp": "native", "precisions": ["fp8"], "workloads": [{"workload": "digits"}]})
+    with pytest.raises(UserError) as planned:
+        check_fp8_layers(runs)
+    with pytest.raises(UserError) as converted:
+        torch_fp8._convert_torchao(torch.nn.Linear(32, 32), recipe_for("fp8"), [], "cpu")
+    for refusal in (planned.value, converted.value):
+        message = str(refusal)
+        assert "\n" not in message
+        assert "pip install 'ampcert[fp8]'" in message and "amp: ampcert" in message, message
+        assert message.endswith("whose FP8 layers need only torch"), message
+
+
 def test_fp8_on_a_jax_suite_is_one_line(write_suite, tmp_path):
     suite = write_suite("""
         name: jax-fp8
