@@ -28,9 +28,14 @@ from ampcert import session
 from ampcert.cli import views
 from ampcert.cli.options import (
     Device,
+    Executor,
+    Fp8Precision,
+    Fp8Recipe,
+    Framework,
     JsonFileCommand,
     LowDtype,
     NoArgsIsHelpError,
+    Typer,
     bad_argument_line,
     click_errors,
     json_out_option,
@@ -40,7 +45,7 @@ from ampcert.cli.options import (
 from ampcert.console import Output
 from ampcert.errors import BadArgument, Interrupted, UserError, WriteFailed, one_line
 
-app = typer.Typer(
+app = Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
     help="Benchmark and certify automatic mixed precision training.",
 )
@@ -79,8 +84,9 @@ def run(
     as_json: bool = typer.Option(False, "--json", help="print the summary and certificate (with --dry-run: the "
                                  "run matrix) as JSON on stdout; progress and messages go to stderr"),
     json_out: Path | None = json_out_option(),
-    executor: str = typer.Option("local", "--executor", help="where runs train: local (this machine, one after "
-                                 "another), ray (a Ray cluster), slurm (a Slurm job array); see docs/fleet.md"),
+    executor: Executor = typer.Option(Executor.local, "--executor", help="where runs train: local (this machine, "
+                                      "one after another), ray (a Ray cluster), slurm (a Slurm job array); see "
+                                      "docs/fleet.md"),
     address: str | None = typer.Option(None, "--address", help="--executor ray: the cluster's HOST:PORT, "
                                        "ray://HOST:PORT or auto (default: start a Ray instance on this machine)"),
     retries: int | None = typer.Option(None, "--retries", help="ray, slurm: submit a run whose worker or node was "
@@ -98,7 +104,7 @@ def run(
 ) -> None:
     """Run a suite: every workload x precision x seed, each in its own process (or on a cluster: --executor)."""
     output = output_of(ctx, as_json, json_out)
-    fleet = session.fleet_options(executor=executor, address=address, retries=retries, cpus_per_run=cpus_per_run,
+    fleet = session.fleet_options(executor=executor.value, address=address, retries=retries, cpus_per_run=cpus_per_run,
                                   partition=partition, account=account, time_min=time_min, slurm_local=slurm_local)
     if resume is not None:
         if suite is not None or out is not None:
@@ -347,10 +353,11 @@ def verify(
 @app.command()
 def audit(
     ctx: typer.Context,
-    backend: str = typer.Option("torch", "--backend", help="framework to audit: torch or jax"),
-    device: Device = typer.Option(Device.cpu, "--device", help="cpu or cuda"),
+    backend: Framework = typer.Option(Framework.torch, "--backend", help="framework to audit"),
+    device: Device = typer.Option(Device.cpu, "--device", help="the device to audit on"),
     policy: str | None = typer.Option(None, "--policy", help="policy file or shipped name (default: the device's shipped policy)"),
-    dtype: LowDtype | None = typer.Option(None, "--dtype", help="bf16 or fp16 (default: bf16 on cpu, fp16 on cuda)"),
+    dtype: LowDtype | None = typer.Option(None, "--dtype", help="autocast's low precision (default: bf16 on cpu, "
+                                          "fp16 on cuda)"),
     as_json: bool = typer.Option(False, "--json", help="print the audit rows as JSON on stdout instead of the "
                                  "tables (messages go to stderr)"),
     json_out: Path | None = json_out_option(),
@@ -363,10 +370,9 @@ def audit(
     primitive's operand dtypes and each nested region against the policy.
     Exits 2 on bad input."""
     output = output_of(ctx, as_json, json_out)
-    if backend not in ("torch", "jax"):
-        raise UserError(f"--backend: expected torch or jax, got {backend!r}")
     low = None if dtype is None else dtype.value
-    result = session.audit_jax(policy, low) if backend == "jax" else session.audit_torch(device.value, policy, low)
+    result = (session.audit_jax(policy, low) if backend is Framework.jax
+              else session.audit_torch(device.value, policy, low))
     views.print_audit(output.console, result)
     output.data(result.to_json(), lambda console: views.print_audit_tables(console, result))
     views.print_audit_verdict(output.console, result)
@@ -379,13 +385,14 @@ def screen(
     ctx: typer.Context,
     workload: str = typer.Argument(..., help="workload name (built-in, plugin) or import path 'pkg.mod:attr'"),
     params: str | None = typer.Option(None, "--params", help="the workload's params as YAML, e.g. '{size: tiny}'"),
-    precision: str = typer.Option("fp8", "--precision", help="fp8 or mxfp8"),
-    recipe: str = typer.Option("tensorwise", "--recipe", help="fp8's recipe: tensorwise, rowwise or rowwise_with_gw_hp"),
+    precision: Fp8Precision = typer.Option(Fp8Precision.fp8, "--precision", help="the FP8 format to screen"),
+    recipe: Fp8Recipe = typer.Option(Fp8Recipe.tensorwise, "--recipe", help="fp8's scaling recipe (mxfp8 has its "
+                                     "own)"),
     steps: int = typer.Option(3, "--steps", help="training steps to measure (each one recorded)"),
     include: list[str] = typer.Option([], "--include", help="module-name pattern to convert (repeatable)"),
     exclude: list[str] = typer.Option([], "--exclude", help="module-name pattern to keep in bf16 (repeatable)"),
     first_last: bool = typer.Option(False, "--first-last", help="let the first and last Linear layers convert"),
-    device: Device = typer.Option(Device.cpu, "--device", help="cpu or cuda"),
+    device: Device = typer.Option(Device.cpu, "--device", help="the device to train on"),
     seed: int = typer.Option(0, "--seed"),
     as_json: bool = typer.Option(False, "--json", help="print the map as JSON on stdout (messages go to stderr)"),
     json_out: Path | None = json_out_option(),
@@ -397,8 +404,8 @@ def screen(
     underflow and saturation of its FP8 operands, its output's relative error
     against bf16, and a verdict (safe, review, unsafe). Exit 2 on bad input."""
     output = output_of(ctx, as_json, json_out)
-    result = session.screen_fp8(workload, params, precision, recipe, steps, include, exclude, first_last,
-                                device.value, seed)
+    result = session.screen_fp8(workload, params, precision.value, recipe.value, steps, include, exclude,
+                                first_last, device.value, seed)
     output.data(views.screen_json(result), lambda console: views.print_screen(console, result))
 
 
@@ -430,7 +437,7 @@ def compare(
         raise typer.Exit(1)
 
 
-history_app = typer.Typer(no_args_is_help=True, help="The nightly history store: add results folders, list them.")
+history_app = Typer(no_args_is_help=True, help="The nightly history store: add results folders, list them.")
 app.add_typer(history_app, name="history")
 STORE_HELP = "the history store: a file, sqlite:///PATH or postgresql://... (default $AMPCERT_HISTORY, " \
              "else ./ampcert-history.sqlite)"

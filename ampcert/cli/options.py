@@ -2,7 +2,10 @@
 
 - the invocation's :class:`~ampcert.console.Output`, set to a command's
   ``--json`` and ``--json-out FILE`` (:func:`output_of`);
-- the choices the parser checks (``--device``, ``--dtype``);
+- the app and its commands (:class:`Typer`), whose help shows each option's
+  choices and no value after a flag;
+- the choices the parser checks and the help lists (``--device``, ``--dtype``,
+  ``--executor``, ``--backend``, screen's ``--precision`` and ``--recipe``);
 - the old ``--json FILE`` of compare, gate and plan, still read for one
   release (:func:`legacy_json`, :class:`JsonFileCommand`);
 - errors in the command line's words: click's usage errors (:func:`usage_line`)
@@ -36,8 +39,51 @@ def json_out_option(text: str = JSON_OUT_HELP) -> Any:
     return typer.Option(None, "--json-out", metavar="FILE", help=text)
 
 
+# --------------------------------------------------------------------------- the app and its help
+
+
+def _no_value_after_flags(params: list[Any]) -> None:
+    """typer's rich help (0.2x) writes a value's type after every option, flags too (``--dry-run
+    <bool>``, ``--help <bool>``), as if a flag took one. A flag takes none: an empty metavar shows
+    none (a flag's metavar is read nowhere else: its errors name the flag itself)."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+
+
+class Command(typer.core.TyperCommand):
+    """An ampcert command: its help shows no value after a flag."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _no_value_after_flags(self.get_params(ctx))
+        super().format_help(ctx, formatter)
+
+
+class Group(typer.core.TyperGroup):
+    """``ampcert`` and ``ampcert history``: their help shows no value after a flag (``--version``)."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _no_value_after_flags(self.get_params(ctx))
+        super().format_help(ctx, formatter)
+
+
+class Typer(typer.Typer):
+    """typer's app, its groups and commands made with :class:`Group` and :class:`Command`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cls=Group, **kwargs)
+
+    def command(self, *args: Any, cls: type[typer.core.TyperCommand] | None = None, **kwargs: Any) -> Any:
+        return super().command(*args, cls=cls or Command, **kwargs)
+
+
+# --------------------------------------------------------------------------- choices
+# A closed set of values is an Enum: the parser refuses anything else (a usage error, exit 2)
+# and the help lists the choices (`--executor <local|ray|slurm>`).
+
+
 class Device(str, Enum):
-    """--device: checked by the parser (a bad value is a usage error, exit 2)."""
+    """--device."""
 
     cpu = "cpu"
     cuda = "cuda"
@@ -48,6 +94,36 @@ class LowDtype(str, Enum):
 
     bf16 = "bf16"
     fp16 = "fp16"
+
+
+class Executor(str, Enum):
+    """run --executor: ampcert.runner.fleet.EXECUTORS (tests/cli/test_cli_output.py holds them equal)."""
+
+    local = "local"
+    ray = "ray"
+    slurm = "slurm"
+
+
+class Framework(str, Enum):
+    """audit --backend."""
+
+    torch = "torch"
+    jax = "jax"
+
+
+class Fp8Precision(str, Enum):
+    """screen --precision."""
+
+    fp8 = "fp8"
+    mxfp8 = "mxfp8"
+
+
+class Fp8Recipe(str, Enum):
+    """screen --recipe: fp8's recipes in ampcert.amp.fp8_recipes.RECIPES (the test holds them equal)."""
+
+    tensorwise = "tensorwise"
+    rowwise = "rowwise"
+    rowwise_with_gw_hp = "rowwise_with_gw_hp"
 
 
 def output_of(ctx: typer.Context, as_json: bool = False, json_out: Path | None = None) -> Output:
@@ -126,7 +202,7 @@ def legacy_json(args: list[str], params: list[Any]) -> tuple[list[str], str | No
     return out, warning
 
 
-class JsonFileCommand(typer.core.TyperCommand):
+class JsonFileCommand(Command):
     """A command whose --json took a FILE (compare, gate, plan): that spelling still
     works for one release, with a warning on stderr (:func:`legacy_json`)."""
 

@@ -26,7 +26,15 @@ import ampcert
 from ampcert import cli, resources, session
 from ampcert.cli import views
 from ampcert.cli.options import JSON_DASH_DEPRECATED, JSON_FILE_DEPRECATED, legacy_json
-from ampcert.console import Col, Output, fit_widths, plain_lines, print_table, vertical_lines
+from ampcert.console import (
+    Col,
+    Output,
+    fit_layout,
+    plain_lines,
+    print_table,
+    vertical_lines,
+    wrap_cell,
+)
 from ampcert.errors import BadArgument
 
 SUITE = """\
@@ -146,8 +154,8 @@ def test_piped_tables_at_80_columns_are_plain_and_whole(folder, tmp_path):
 
 def test_summary_notes_and_no_amp_column_in_process():
     group = {"workload": "digits", "amp": "native", "precision": "fp16", "runs": 2, "completed": 2,
-             "final_metric_mean": 0.5, "target_reached": None, "samples_per_s_mean": 12345.6,
-             "speedup_vs_fp32": 0.02, "mfu_mean": None, "accelerated": False,
+             "final_metric": 0.5, "target_reached": None, "samples_per_s": 12345.6,
+             "speedup_vs_fp32": 0.02, "mfu": None, "accelerated": False,
              "note": "not comparable (capped at 30 steps)"}
     s = {"suite": "s", "groups": [dict(group, precision="fp32", note=None, accelerated=True), group,
                                   dict(group, precision="bf16")]}
@@ -176,8 +184,7 @@ def test_terminal_table_fits_or_becomes_blocks(width):
     out = buf.getvalue()
     lines = out.splitlines()
     assert "…" not in out
-    widths = fit_widths(COLS, ROWS, width)
-    if widths is None:  # the headers alone do not fit: key: value blocks, nothing cut
+    if fit_layout(COLS, ROWS, width) is None:  # even wrapped it does not fit: key: value blocks, nothing cut
         assert "workload:  a-rather-long-workload-label" in lines and "samples/s: 312" in lines
     else:
         assert max(len(line.rstrip()) for line in lines) <= width, out
@@ -189,12 +196,21 @@ def test_terminal_table_fits_or_becomes_blocks(width):
         assert shown == sum(len(re.sub(r"\s", "", text)) for text in given), out
 
 
-def test_plain_layout_is_aligned_or_blocks():
-    lines = plain_lines(COLS, ROWS, 200)
-    assert lines is not None and lines[0].split() == ["workload", "prec", "samples/s", "note"]
+def test_plain_layout_is_aligned_wrapped_or_blocks():
+    lines = plain_lines(COLS, ROWS)
+    assert lines[0].split() == ["workload", "prec", "samples/s", "note"]
     assert set(lines[1].replace(" ", "")) == {"-"}
     assert lines[3].endswith("not comparable (capped at 30 steps)")
-    assert plain_lines(COLS, ROWS, 60) is None
+    assert fit_layout(COLS, ROWS, 200) == (COLS, ROWS, [len(ROWS[1][0]), 4, 9, len(ROWS[1][3])])
+    # too wide for 40 columns: still a table, the widest cells wrapped between words, nothing lost
+    cols, rows, widths = fit_layout(COLS, ROWS, 40)
+    wrapped = plain_lines(cols, rows, widths)
+    assert wrapped[0].split() == ["workload", "prec", "samples/s", "note"] and max(map(len, wrapped)) <= 40
+    assert wrapped[3].split()[1:3] == ["fp16", "312"], wrapped  # the row's short cells on its first line
+    assert sorted(re.sub(r"\s", "", "".join(wrapped[3:]))) == sorted(re.sub(r"\s", "", "".join(ROWS[1])))
+    assert all(any(word in line for line in wrapped) for word in ROWS[1][3].split())  # no word folded
+    # not even the headers fit: every row a block of key: value lines
+    assert fit_layout(COLS, ROWS, 20) is None
     blocks = vertical_lines(COLS, ROWS)
     assert blocks[:3] == ["workload:  digits", "prec:      fp32", "samples/s: 18,011"]  # empty note left out
     assert "" in blocks and "note:      not comparable (capped at 30 steps)" in blocks
@@ -207,6 +223,118 @@ def test_spare_columns_go_before_blocks():
         buf = io.StringIO()
         print_table(Console(file=buf, width=40, force_terminal=terminal, color_system=None), cols, rows)
         assert buf.getvalue().split()[:2] == ["run_id", "steps"], buf.getvalue()
+
+
+@pytest.mark.parametrize("text, width, lines", [
+    ("digits/torch/native/bf16", 13, ["digits/torch/", "native/bf16"]),       # after a path's slashes
+    ("energy_j_per_sample", 11, ["energy_j_", "per_sample"]),                 # after underscores
+    ("bf16 (not accelerated)", 12, ["bf16 (not", "accelerated)"]),            # at spaces, dropped there
+    ("5,050 (5,000–5,100)", 8, ["5,050", "(5,000–", "5,100)"]),               # after a range's dash
+    ("-30.0% 1.5e-05", 7, ["-30.0%", "1.5e-05"]),                             # never inside a number
+    ("  parity.final_metric (advisory)", 22, ["  parity.final_metric", "(advisory)"]),  # the indent kept
+    ("abcdefghij", 4, ["abcd", "efgh", "ij"]),                                # a word longer than a line: folded
+    ("two\nlines", 20, ["two", "lines"]),
+])
+def test_cells_wrap_between_words_and_after_separators(text, width, lines):
+    assert wrap_cell(text, width) == lines
+
+
+def test_whole_columns_are_never_wrapped():
+    cols = [Col("run_id", whole=True), Col("note")]
+    rows = [["digits-fp32-native-s0-886fc453", "bf16 not accelerated on cpu: 0.09x fp32"]]
+    _, _, widths = fit_layout(cols, rows, 50)
+    assert widths[0] == len(rows[0][0]) and sum(widths) + 2 <= 50
+    assert fit_layout(cols, rows, 36) is None  # the note cannot be narrower than its header and longest word
+
+
+def _synthetic_pair(root: Path) -> tuple[Path, Path]:
+    """Two results folders of one suite, the candidate 30% slower (nothing trained)."""
+    from factories import completed, plan, write_results
+
+    specs = plan({"name": "logs", "precisions": ["fp32", "bf16"], "seeds": [0, 1, 2],
+                  "workloads": [{"workload": "digits"}, {"workload": "underflow"}]})
+    baseline, candidate = (
+        write_results(root / name, [completed(s, final_metric=0.9 + 0.01 * s.seed,
+                                              samples_per_s=5000 * speed * (1 + 0.01 * s.seed)) for s in specs],
+                      suite="logs")
+        for name, speed in (("baseline", 1.0), ("candidate", 0.7)))
+    return baseline, candidate
+
+
+def _table_lines(out: str, headers: list[str]) -> list[str]:
+    """The table in ``out`` whose header line names ``headers``: that line, its dashes and every line
+    after them (rows, then what follows the table); a stacked form (``workload: digits``) fails."""
+    lines = out.splitlines()
+    top = next((i for i, line in enumerate(lines) if line.split() == headers), None)
+    assert top is not None, out  # a header line, so a table, not key: value blocks
+    assert set(lines[top + 1].replace(" ", "")) == {"-"}, out
+    assert not any(line.startswith(f"{headers[0]}:") for line in lines), out  # a block's first line
+    return lines[top:]
+
+
+def test_piped_compare_at_80_columns_is_a_table(tmp_path):
+    """`COLUMNS=80 ampcert compare A B | cat`: a table with a row a line or two, never wider than 80."""
+    from ampcert import gate
+
+    baseline, candidate = _synthetic_pair(tmp_path)
+    proc = warm_cli("compare", baseline, candidate, env={"COLUMNS": "80"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the candidate regressed
+    table = _table_lines(proc.stdout, ["subject", "metric", "baseline", "candidate", "change", "status"])
+    rows = gate.table_rows(session.compare(baseline, candidate))
+    body = table[2:2 + next(i for i, line in enumerate(table[2:]) if line.startswith(("n: ", "tests: ")))]
+    assert all(len(line) <= 80 for line in table[:2] + body), proc.stdout
+    assert len(body) <= 2 * len(rows), proc.stdout  # one row, one or two lines
+    # each row's first line: the subject's start, its metric and change, its status whole
+    firsts = [line for line in body if line.split()[-1] in {"OK", "REGRESSION", "IMPROVED", "N/A", "NOISY"}]
+    assert len(firsts) == len(rows), proc.stdout
+    for line, row in zip(firsts, rows, strict=True):
+        subject, metric, *_, status = line.split()
+        assert row["subject"].startswith(subject) and (metric, status) == (row["metric"], row["status"]), line
+        assert row["change"] in line, line
+    # wide enough, each row is one line with every column
+    wide = warm_cli("compare", baseline, candidate, env={"COLUMNS": "200"})
+    assert _table_lines(wide.stdout, ["subject", "metric", "baseline", "candidate", "n", "change", "limit",
+                                      "evidence", "status"])
+
+
+def test_piped_plan_screen_and_summary_at_80_columns_are_tables(tmp_path):
+    """The capacity plan, the FP8 screen and the run summary (two backends: 12 columns when wide)
+    stay tables in an 80-column log: shorter headers, spare columns left out, long cells wrapped."""
+    from ampcert.report import summary
+    from ampcert.results import load
+
+    baseline, _ = _synthetic_pair(tmp_path)
+
+    def piped(show) -> str:
+        buf = io.StringIO()
+        show(Console(file=buf, width=80, force_terminal=False))
+        return buf.getvalue()
+
+    cap = session.capacity(baseline, 1_000_000)
+    out = piped(lambda con: views.print_capacity(con, cap))
+    table = _table_lines(out, ["workload", "prec", "samples/s", "wall", "kWh", "cost", "USD", "saved"])
+    assert all(len(line) <= 80 for line in table if not line.startswith("saved: ")), out
+    assert len(table) <= 2 + 3 * len(cap.rows) + 1, out
+
+    layer = {"in_features": 512, "out_features": 64, "converted": False, "verdict": "safe",
+             "rel_error_vs_bf16": 0.0397, "underflow": {"input": 0.0, "weight": 0.0, "grad_output": 0.0},
+             "amax": {"input": [0.82], "weight": [0.0447], "grad_output": [0.0024]},
+             "reason": "first or last Linear layer (kept in high precision by default)",
+             "why": "output 0.0397 from bf16's; underflow <= 0.00%"}
+    layers = [dict(layer, name=name) for name in ("blocks.0.attn.qkv", "blocks.0.mlp.fc", "head")]
+    out = piped(lambda con: views.print_fp8_layers(con, layers))
+    table = _table_lines(out, ["layer", "fp8", "verdict", "rel", "err", "why"])
+    assert all(len(line) <= 80 for line in table[:-1]) and len(table) <= 2 + 4 * len(layers) + 1, out
+    assert all(f"{name}  " in out for name in ("blocks.0.attn.qkv", "blocks.0.mlp.fc", "head")), out
+
+    s = summary.build(load(baseline))
+    s["groups"] += [dict(g, backend="jax", amp="ampcert") for g in s["groups"]]
+    out = piped(lambda con: views.print_summary(con, SimpleNamespace(runs=[]), s))
+    table = _table_lines(out, ["workload", "backend", "amp", "prec", "runs", "metric", "samples/s", "speedup",
+                               "accel"])
+    rows = table[2:2 + len(s["groups"])]
+    assert all(len(line) <= 80 for line in rows) and [line.split()[:3] for line in rows] == [
+        [g["workload"], g["backend"], g["amp"]] for g in s["groups"]], out
 
 
 def test_terminal_table_end_to_end_in_a_pty(folder):
@@ -398,6 +526,37 @@ def test_one_output_object_per_invocation():
     assert json.loads(first.stdout)["workloads"] and "workloads" in second.stdout
     dash = CliRunner().invoke(cli.app, ["list", "--json-out", "-"])  # stdout, as --json; no file named '-'
     assert dash.exit_code == 0 and json.loads(dash.stdout) == json.loads(first.stdout)
+
+
+# --------------------------------------------------------------------------- --help
+
+
+@pytest.mark.parametrize("args, flags, choices", [
+    (["run"], ["--dry-run", "--json", "--retry-failed", "--slurm-local"], ["<local|ray|slurm>"]),
+    (["screen"], ["--first-last", "--json"], ["<fp8|mxfp8>", "<tensorwise|rowwise|rowwise_with_gw_hp>", "<cpu|cuda>"]),
+    (["audit"], ["--json"], ["<torch|jax>", "<cpu|cuda>", "<bf16|fp16>"]),
+    (["history", "show"], ["--json"], []),
+    ([], ["--version"], []),
+])
+def test_help_lists_choices_and_no_value_after_a_flag(args, flags, choices):
+    from typer.testing import CliRunner
+
+    out = CliRunner().invoke(cli.app, [*args, "--help"], env={"COLUMNS": "200"}).stdout
+    assert "<bool>" not in out, out
+    for flag in [*flags, "--help"]:
+        assert re.search(rf"{flag}\s+[A-Za-z]", out) and not re.search(rf"{flag}\s+<", out), (flag, out)
+    for listed in choices:
+        assert listed in out, (listed, out)
+
+
+def test_the_choices_are_the_engines_own():
+    from ampcert.amp.fp8_recipes import RECIPES
+    from ampcert.cli.options import Executor, Fp8Precision, Fp8Recipe
+    from ampcert.runner.fleet import EXECUTORS
+
+    assert [e.value for e in Executor] == list(EXECUTORS)
+    assert [r.value for r in Fp8Recipe] == [name for name, r in RECIPES.items() if r.precision == "fp8"]
+    assert {p.value for p in Fp8Precision} == {r.precision for r in RECIPES.values()}
 
 
 # --------------------------------------------------------------------------- colour

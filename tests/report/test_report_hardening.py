@@ -1,7 +1,7 @@
 """Reports as a verifier on another machine and a reviewer on a phone read them (issue 24):
 no install paths in report.json/html or the summary (shipped files by package-relative
 name and digest), the environment as readable facts with the raw fingerprint behind a
-disclosure, and both pages within a 390 px wide screen (the browser test)."""
+disclosure, and both pages within a 390 px wide screen and a 1280 px window (the browser test)."""
 
 from __future__ import annotations
 
@@ -220,14 +220,25 @@ def test_report_html_shows_facts_and_keeps_the_raw_fingerprint_behind_a_disclosu
 # --------------------------------------------------------------------------- a phone, in Chromium
 
 PHONE_WIDTH = 390
+DESKTOP_WIDTH = 1280
+
+# What _measure reads of a page: its root element's widths, then the widest overflow of any
+# table past its container (a .scroll wrapper, or the page): 0 where every table fits.
+MEASURE = """(() => {
+  const root = document.documentElement;
+  const over = [...document.querySelectorAll("table")].map(
+    t => Math.ceil(t.getBoundingClientRect().width) - t.parentElement.clientWidth);
+  return [root.scrollWidth, root.clientWidth, Math.max(0, ...over)];
+})()"""
 
 
-def _measure(pages: list[Path], width: int, profile: Path, timeout: float = 60) -> dict[str, list[int]]:
-    """[scrollWidth, clientWidth] of each page's root element in headless Chromium with its
-    viewport set to ``width`` CSS pixels as a phone has it (mobile, honouring the page's
-    viewport meta). Through the DevTools protocol over --remote-debugging-pipe, because
-    --window-size cannot go below Chromium's 500 px minimum window; the pages load as
-    shipped (their CSP holds: DevTools evaluation is not a page script)."""
+def _measure(pages: list[Path], width: int, profile: Path, timeout: float = 60,
+             mobile: bool = True) -> dict[str, list[int]]:
+    """[scrollWidth, clientWidth, table overflow] (:data:`MEASURE`) of each page in headless
+    Chromium with its viewport set to ``width`` CSS pixels, as a phone has it (``mobile``:
+    honouring the page's viewport meta) or a desktop window. Through the DevTools protocol over
+    --remote-debugging-pipe, because --window-size cannot go below Chromium's 500 px minimum
+    window; the pages load as shipped (their CSP holds: DevTools evaluation is not a page script)."""
     chrome_in, to_chrome = os.pipe()
     from_chrome, chrome_out = os.pipe()
 
@@ -280,12 +291,11 @@ def _measure(pages: list[Path], width: int, profile: Path, timeout: float = 60) 
             target = call("Target.createTarget", url="about:blank")["targetId"]
             session = call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
             call("Emulation.setDeviceMetricsOverride", session, width=width, height=900, deviceScaleFactor=1,
-                 mobile=True)
+                 mobile=mobile)
             call("Page.enable", session)
             call("Page.navigate", session, url=page.as_uri())
             wait_for("Page.loadEventFired", session)
-            value = call("Runtime.evaluate", session, returnByValue=True, expression=(
-                "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"))
+            value = call("Runtime.evaluate", session, returnByValue=True, expression=MEASURE)
             out[page.name] = value["result"]["value"]
             call("Target.closeTarget", targetId=target)
         call("Browser.close")
@@ -301,15 +311,25 @@ def _measure(pages: list[Path], width: int, profile: Path, timeout: float = 60) 
 
 
 @pytest.mark.browser
-def test_report_and_summary_fit_a_390px_phone_screen(folder, tmp_path):
+def test_report_and_summary_fit_a_390px_phone_screen_and_a_1280px_window(folder, tmp_path):
+    """On a phone the pages fit the screen (a wide table scrolls inside its wrapper); in a
+    1280 px window every table fits too, its last column on screen (cells wrap, none scrolls)."""
     pages = [folder / "report.html", folder / "summary.html"]
-    # The control: a page wider than the screen must measure wider, or the check could not fail.
+    # The controls: a page wider than the screen, and a table wider than its wrapper, must measure
+    # so, or the checks could not fail.
     control = tmp_path / "too-wide.html"
     control.write_text('<!doctype html><meta name="viewport" content="width=device-width, initial-scale=1">'
-                       '<div style="width: 600px">wide</div>')
-    widths = _measure([*pages, control], PHONE_WIDTH, tmp_path / "profile")
-    assert widths["too-wide.html"][0] > PHONE_WIDTH, widths
+                       '<div style="width: 1400px">wide</div><div style="overflow-x: auto"><table>'
+                       f'<tr><td style="white-space: nowrap">{"wide " * 300}</td></tr></table></div>')
+    phone = _measure([*pages, control], PHONE_WIDTH, tmp_path / "profile")
+    assert phone["too-wide.html"][0] > PHONE_WIDTH, phone
     for page in pages:
-        scroll, client = widths[page.name]
-        assert client == PHONE_WIDTH and scroll <= PHONE_WIDTH, (page.name, widths)
+        scroll, client, _ = phone[page.name]
+        assert client == PHONE_WIDTH and scroll <= PHONE_WIDTH, (page.name, phone)
+    window = _measure([*pages, control], DESKTOP_WIDTH, tmp_path / "profile", mobile=False)
+    assert window["too-wide.html"][0] > DESKTOP_WIDTH and window["too-wide.html"][2] > 0, window
+    for page in pages:
+        scroll, client, table_overflow = window[page.name]  # client: less a vertical scrollbar, if any
+        assert DESKTOP_WIDTH - 20 <= client <= DESKTOP_WIDTH and scroll <= client and table_overflow == 0, (
+            page.name, window)
 
