@@ -128,8 +128,60 @@ class SubjectRow(BaseModel):
                    precision=subject.precision, **columns)
 
 
+# --------------------------------------------------------------------------- a run's figures
+
+#: Every figure of a run by the one name all views use for it (docs/reports.md
+#: defines each): the gate, the history, the plan and the tables read a run's
+#: value through :func:`run_value`, and a group's is the median over its seeds.
+FIGURES: dict[str, str] = {
+    "final_metric": "the workload's quality metric at the last eval",
+    "steps_to_target": "steps until the first eval that met the target",
+    "time_to_target_s": "run_start to the first eval that met the target, evals included",
+    "samples_per_s": "training samples / training time (whole run: every timed step, data loading included)",
+    "step_samples_per_s": "steady-state throughput: the median over the timed steps of a step's samples / its time",
+    "flops_per_step": "forward+backward FLOPs of one step",
+    "mfu": "achieved FLOP/s / the device's peak for the precision",
+    "data_share": "share of training time spent on batches",
+    "peak_memory_bytes": "peak memory of the run (the device's where measured)",
+    "energy_j_per_sample": "energy of the training phase / training samples",
+}
+
+
+def step_throughputs(r: RunResult) -> list[float]:
+    """Samples/s of each timed step of ``r``: a step's samples (training samples
+    over steps) over its time; empty where the steps were not timed one by one."""
+    if not r.step_times_ms or not r.steps:
+        return []
+    batch = r.train_samples / r.steps
+    return [batch * 1e3 / ms for ms in r.step_times_ms if ms > 0]
+
+
+def run_value(r: RunResult, name: str) -> float | None:
+    """Run ``r``'s figure ``name`` (a key of :data:`FIGURES`); None where the run has none."""
+    if name == "step_samples_per_s":
+        # a median over steps does not move with a few warm-up or stalled steps, as the whole-run figure does
+        steps = step_throughputs(r)
+        return statistics.median(steps) if steps else None
+    if name == "peak_memory_bytes":
+        value = r.peak_memory.value if r.peak_memory else None
+    elif name == "energy_j_per_sample":
+        value = train_j_per_sample(r)
+    elif name in FIGURES:
+        value = getattr(r, name)
+    else:
+        raise KeyError(f"not a figure: {name}")
+    return None if value is None else float(value)
+
+
+def median_value(runs: Iterable[RunResult], name: str) -> float | None:
+    """A group's figure: the median over its completed runs that have one."""
+    values = _present(run_value(r, name) for r in runs if r.status == "completed")
+    return statistics.median(values) if values else None
+
+
 class Aggregate(SubjectRow):
-    """One group across its seeds (determinism repeats excluded): counts and means of the completed runs."""
+    """One group across its seeds (determinism repeats excluded): counts, and each
+    figure of :data:`FIGURES` as the median over the completed runs that have it."""
 
     runs: int
     completed: int
@@ -137,28 +189,27 @@ class Aggregate(SubjectRow):
     skipped: int
     metric: str | None = None
     higher_is_better: bool | None = None
-    final_metric_mean: float | None = None
-    final_metric_std: float | None = None
+    final_metric: float | None = None
+    final_metric_std: float | None = Field(default=None, description="spread of final_metric over the seeds")
     target: float | None = None
     target_reached: str | None = Field(default=None, description="'k/n' seeds that reached the target")
-    steps_to_target_mean: float | None = None
-    time_to_target_s_mean: float | None = None
-    samples_per_s_mean: float | None = None
-    speedup_vs_fp32: float | None = None
+    steps_to_target: float | None = None
+    time_to_target_s: float | None = Field(default=None, description="median over the seeds that reached the target")
+    samples_per_s: float | None = None
+    step_samples_per_s: float | None = None
+    speedup_vs_fp32: float | None = Field(
+        default=None, description="measured: samples_per_s / FP32's samples_per_s of the same entry, backend and amp "
+        "(the capability probe's ratio is a matmul's, not the workload's)")
     flops_per_step: float | None = None
-    mfu_mean: float | None = None
-    data_share_mean: float | None = None
-    peak_memory_bytes_mean: float | None = None
-    j_per_sample_mean: float | None = None
+    mfu: float | None = None
+    data_share: float | None = None
+    peak_memory_bytes: float | None = None
+    energy_j_per_sample: float | None = None
     accelerated: bool = True
     capability_note: str = ""
     comparability: str | None = Field(
         default=None, description="why this row's metric must not be read against FP32's, e.g. "
         "'not comparable (capped at 30 steps)': a smaller step budget than FP32's")
-
-
-def _mean(values: list[float]) -> float | None:
-    return statistics.fmean(values) if values else None
 
 
 def _present(values: Iterable[Any]) -> list[float]:
@@ -183,24 +234,16 @@ def aggregate(runs: Iterable[RunResult]) -> list[Aggregate]:
             key, runs=len(g), completed=len(done),
             failed=sum(r.status == "failed" for r in g), skipped=sum(r.status == "skipped" for r in g),
             metric=first.metric, higher_is_better=first.higher_is_better,
-            final_metric_mean=_mean(metrics),
             final_metric_std=statistics.stdev(metrics) if len(metrics) > 1 else None,
             target=first.spec.target,
             target_reached=f"{sum(bool(r.target_reached) for r in reached)}/{len(reached)}" if reached else None,
-            steps_to_target_mean=_mean(_present(r.steps_to_target for r in done)),
-            time_to_target_s_mean=_mean(_present(r.time_to_target_s for r in done)),
-            samples_per_s_mean=_mean([r.samples_per_s for r in done if r.samples_per_s]),
-            flops_per_step=_mean(_present(r.flops_per_step for r in done)),
-            mfu_mean=_mean(_present(r.mfu for r in done)),
-            data_share_mean=_mean(_present(r.data_share for r in done)),
-            peak_memory_bytes_mean=_mean(_present(r.peak_memory.value for r in done if r.peak_memory)),
-            j_per_sample_mean=_mean(_present(train_j_per_sample(r) for r in done)),
             accelerated=all(r.accelerated for r in g), capability_note=first.capability_note,
             comparability=not_comparable(capped[key]) if key in capped else None,
+            **{name: median_value(done, name) for name in FIGURES},
         ))
-    speeds = {row.key: row.samples_per_s_mean for row in rows if row.precision == REFERENCE}
+    speeds = {row.key: row.samples_per_s for row in rows if row.precision == REFERENCE}
     for row in rows:
         base = speeds.get(reference_key(row.key))
-        if base and row.samples_per_s_mean:
-            row.speedup_vs_fp32 = row.samples_per_s_mean / base
+        if base and row.samples_per_s:
+            row.speedup_vs_fp32 = row.samples_per_s / base
     return rows

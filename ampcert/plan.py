@@ -6,17 +6,20 @@
 
 Per subject, from its completed runs (seeds; repeats left out):
 
-- throughput: the median of the runs' training samples/s (evaluations
-  excluded); the range is the slowest and the fastest seed;
+- throughput: ``samples_per_s``, the median of the runs' training samples
+  per second (evaluations excluded: the figure every view shows under that
+  name); the range is the slowest and the fastest seed;
 - wall time = N / (throughput x K devices), assuming linear scaling (no
-  communication or input-pipeline overhead: a lower bound); GPU-hours = wall
-  time x K (independent of K under that assumption);
+  communication or input-pipeline overhead: a lower bound); device-hours =
+  wall time x K (independent of K under that assumption; the console calls
+  them GPU-hours where every row trained on a GPU);
 - energy = N x the measured J per training sample, in the scope the run
   measured (a GPU's counter, or the host package); null with the reason when
   energy was not measured, never zero;
-- cost = GPU-hours x price per GPU-hour (``--price-per-gpu-hour``, else
+- cost = device-hours x price per device-hour (``--price-per-gpu-hour``, else
   ``configs/pricing.yaml`` by device name, else null with the reason);
-- savings against FP32 of the same workload, backend and AMP.
+- savings against FP32 of the same workload, backend and AMP: positive
+  where the precision saves, in the console, the CSV and report.json alike.
 
 :func:`capacity_plan` is a plain function over run results, so the CLI, a
 CSV file and the HTML report render the same rows.
@@ -35,7 +38,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ampcert.aggregate import REFERENCE, SubjectRow, group_runs, reference_key
+from ampcert import formats
+from ampcert.aggregate import REFERENCE, SubjectRow, group_runs, reference_key, run_value
 from ampcert.errors import UserError
 from ampcert.resources import config_path
 from ampcert.results import RunResult
@@ -103,31 +107,33 @@ def load_pricing(path: str | Path | None = None) -> Pricing:
 
 class PlanRow(SubjectRow):
     device: str = Field(description="the device name the runs recorded")
+    device_type: str = Field(description="what the runs trained on: cpu or cuda")
     accelerated: bool
     capability_note: str = ""
     seeds: int = Field(description="completed runs (seeds) the figures come from")
-    samples_per_s: float | None = Field(description="median of the runs' training samples/s")
+    samples_per_s: float | None = Field(description="median of the runs' samples_per_s (docs/reports.md)")
     samples_per_s_range: list[float] | None = Field(description="[slowest, fastest] seed")
     wall_time_h: float | None = Field(description="N / (samples/s x K) in hours (linear scaling assumed)")
     wall_time_h_range: list[float] | None = Field(description="from the fastest and the slowest seed")
-    gpu_hours: float | None = Field(description="wall time x K devices")
-    gpu_hours_range: list[float] | None
-    j_per_sample: float | None = Field(description="median of the runs' training J per sample")
-    j_per_sample_range: list[float] | None
+    device_hours: float | None = Field(description="wall time x K devices (GPU-hours on GPUs, CPU-hours on CPUs)")
+    device_hours_range: list[float] | None
+    energy_j_per_sample: float | None = Field(description="median of the runs' training J per sample")
+    energy_j_per_sample_range: list[float] | None
     energy_kwh: float | None = Field(description="N x J per sample / 3.6e6; null when not measured")
     energy_kwh_range: list[float] | None
     energy_scope: str | None = Field(default=None, description="what the energy covers (gpu, host, ...)")
     energy_method: str | None = None
     energy_reason: str | None = Field(default=None, description="why energy is null")
-    price_per_gpu_hour: float | None
+    price_per_gpu_hour: float | None = Field(description="price per device-hour (the pricing table's GPUs)")
     price_source: str | None
     cost: float | None
     cost_range: list[float] | None
     cost_reason: str | None = Field(default=None, description="why cost is null")
     speedup_vs_fp32: float | None = Field(default=None, description="samples/s over FP32's")
+    # A saving is positive when the precision saves, negative when it costs more, everywhere.
     time_saving_vs_fp32: float | None = Field(default=None, description="1 - wall time / FP32's (0.4 = 40% less)")
-    energy_saving_vs_fp32: float | None = None
-    cost_saving_vs_fp32: float | None = None
+    energy_saving_vs_fp32: float | None = Field(default=None, description="1 - energy / FP32's")
+    cost_saving_vs_fp32: float | None = Field(default=None, description="1 - cost / FP32's")
 
 
 class CapacityPlan(_Model):
@@ -140,6 +146,10 @@ class CapacityPlan(_Model):
                                                                  "null with --price-per-gpu-hour")
     assumptions: list[str]
     rows: list[PlanRow]
+
+
+def _values(runs: list[RunResult], figure: str) -> list[float]:
+    return [v for r in runs if (v := run_value(r, figure)) is not None]
 
 
 def _median_range(values: list[float]) -> tuple[float | None, list[float] | None]:
@@ -164,7 +174,7 @@ def _saving(value: float | None, ref: float | None) -> float | None:
 def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
                   price_per_gpu_hour: float | None = None,
                   pricing: Pricing | str | Path | None = None) -> CapacityPlan:
-    """Projected wall time, GPU-hours, energy and cost of training ``target_samples``
+    """Projected wall time, device-hours, energy and cost of training ``target_samples``
     samples on ``gpus`` devices, per workload/backend/AMP/precision of ``runs``."""
     if target_samples < 1:
         raise UserError(f"--target-samples: expected a positive number of samples, got {target_samples}")
@@ -182,12 +192,11 @@ def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
         done = [r for r in members if r.status == "completed"]
         first = (done or members)[0]
         device = str((first.environment or {}).get("device_name") or first.spec.device)
-        thr, thr_rng = _median_range([r.samples_per_s for r in done if r.samples_per_s])
+        thr, thr_rng = _median_range(_values(done, "samples_per_s"))
         wall, wall_rng = _scaled(thr, thr_rng, lambda t: n / (t * k) / 3600.0)
         hours, hours_rng = _scaled(wall, wall_rng, lambda h: h * k)
         energies = [(r.telemetry or {}).get("energy") or {} for r in done]
-        jps, jps_rng = _median_range([e["train_j_per_sample"] for e in energies
-                                      if e.get("train_j_per_sample") is not None])
+        jps, jps_rng = _median_range(_values(done, "energy_j_per_sample"))
         kwh, kwh_rng = _scaled(jps, jps_rng, lambda j: n * j / J_PER_KWH)
         measured = next((e for e in energies if e.get("train_j_per_sample") is not None), {})
         reason = None
@@ -205,10 +214,10 @@ def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
             cost_reason = (f"no price for {device!r} in {table.source}: pass --price-per-gpu-hour"
                            if price is None else "no throughput measured")
         rows.append(PlanRow.of(
-            subject, device=device,
+            subject, device=device, device_type=first.spec.device.split(":")[0],
             accelerated=first.accelerated, capability_note=first.capability_note, seeds=len(done),
             samples_per_s=thr, samples_per_s_range=thr_rng, wall_time_h=wall, wall_time_h_range=wall_rng,
-            gpu_hours=hours, gpu_hours_range=hours_rng, j_per_sample=jps, j_per_sample_range=jps_rng,
+            device_hours=hours, device_hours_range=hours_rng, energy_j_per_sample=jps, energy_j_per_sample_range=jps_rng,
             energy_kwh=kwh, energy_kwh_range=kwh_rng, energy_scope=measured.get("scope"),
             energy_method=measured.get("method"), energy_reason=reason, price_per_gpu_hour=price,
             price_source=source, cost=cost, cost_range=cost_rng, cost_reason=cost_reason,
@@ -229,13 +238,14 @@ def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
     assumptions = [
         f"linear scaling: {n:,} samples on {k} device(s) take N / ({k} x the measured single-device "
         "samples/s); real multi-device training adds communication and input overhead, so wall time "
-        "and GPU-hours are lower bounds",
-        "throughput: median of the seeds' training samples/s (evaluation, start-up and data preparation "
-        "excluded); ranges run from the slowest to the fastest seed",
+        "and device-hours are lower bounds",
+        "throughput: samples_per_s, the median of the seeds' training samples / training time (evaluation "
+        "and start-up excluded); ranges run from the slowest to the fastest seed",
         "energy: N x the measured joules per training sample, in the scope each run measured; null "
         "where energy was not measured (never 0)",
-        f"cost: GPU-hours x price per GPU-hour, prices from {source}",
-        "savings: against FP32 of the same workload, backend and AMP, on the devices the runs used",
+        f"cost: device-hours x price per device-hour, prices from {source}",
+        "savings: against FP32 of the same workload, backend and AMP, on the devices the runs used; "
+        "positive where the precision saves, negative where it costs more",
     ]
     return CapacityPlan(target_samples=n, gpus=k, currency=table.currency, pricing=source,
                         pricing_sha256=None if price_per_gpu_hour is not None else table.sha256 or None,
@@ -245,10 +255,10 @@ def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
 # --------------------------------------------------------------------------- output
 
 CSV_FIELDS = [
-    "workload", "backend", "amp", "precision", "device", "accelerated", "seeds",
+    "workload", "backend", "amp", "precision", "device", "device_type", "accelerated", "seeds",
     "samples_per_s", "samples_per_s_min", "samples_per_s_max",
-    "wall_time_h", "wall_time_h_min", "wall_time_h_max", "gpu_hours", "gpu_hours_min", "gpu_hours_max",
-    "j_per_sample", "energy_kwh", "energy_kwh_min", "energy_kwh_max", "energy_scope", "energy_reason",
+    "wall_time_h", "wall_time_h_min", "wall_time_h_max", "device_hours", "device_hours_min", "device_hours_max",
+    "energy_j_per_sample", "energy_kwh", "energy_kwh_min", "energy_kwh_max", "energy_scope", "energy_reason",
     "price_per_gpu_hour", "price_source", "cost", "cost_min", "cost_max", "cost_reason",
     "speedup_vs_fp32", "time_saving_vs_fp32", "energy_saving_vs_fp32", "cost_saving_vs_fp32",
 ]
@@ -262,7 +272,7 @@ def csv_text(cp: CapacityPlan) -> str:
     writer.writeheader()
     for row in cp.rows:
         d: dict[str, Any] = row.model_dump()
-        for key in ("samples_per_s", "wall_time_h", "gpu_hours", "energy_kwh", "cost"):
+        for key in ("samples_per_s", "wall_time_h", "device_hours", "energy_kwh", "cost"):
             rng = d.pop(f"{key}_range", None)
             d[f"{key}_min"], d[f"{key}_max"] = rng if rng else (None, None)
         line = {f: d.get(f) for f in CSV_FIELDS}
@@ -271,24 +281,8 @@ def csv_text(cp: CapacityPlan) -> str:
     return out.getvalue()
 
 
-def fmt_hours(h: float | None) -> str:
-    if h is None:
-        return "—"
-    if h < 1:
-        return f"{h * 60:.3g} min"
-    if h < 48:
-        return f"{h:.3g} h"
-    return f"{h / 24:,.1f} d"
-
-
-def _num(v: float | None, digits: int = 3) -> str:
-    if v is None:
-        return "—"
-    return f"{v:,.0f}" if abs(v) >= 10 ** digits else f"{v:.{digits}g}"
-
-
-def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{100 * v:+.0f}%"
+def _num(v: float | None) -> str:
+    return formats.number(v, 3)
 
 
 def table_rows(cp: CapacityPlan) -> list[dict[str, str]]:
@@ -296,9 +290,7 @@ def table_rows(cp: CapacityPlan) -> list[dict[str, str]]:
     def rng(values, f):
         return f" ({f(values[0])}–{f(values[1])})" if values and values[0] != values[1] else ""
 
-    def vs(saving):
-        return "—" if saving is None else _pct(-saving)
-
+    hours_name = "GPU-hours" if cp.rows and all(r.device_type == "cuda" for r in cp.rows) else "device-hours"
     rows = []
     for r in cp.rows:
         rows.append({
@@ -308,13 +300,14 @@ def table_rows(cp: CapacityPlan) -> list[dict[str, str]]:
             "device": r.device,
             "seeds": str(r.seeds),
             "samples/s": _num(r.samples_per_s) + rng(r.samples_per_s_range, _num),
-            "wall time": fmt_hours(r.wall_time_h) + rng(r.wall_time_h_range, fmt_hours),
-            "GPU-hours": _num(r.gpu_hours) + rng(r.gpu_hours_range, _num),
+            "wall time": formats.hours(r.wall_time_h) + rng(r.wall_time_h_range, formats.hours),
+            hours_name: _num(r.device_hours) + rng(r.device_hours_range, _num),
             "energy kWh": _num(r.energy_kwh) + rng(r.energy_kwh_range, _num) if r.energy_kwh is not None
             else "not measured",
             f"cost {cp.currency}": _num(r.cost) + rng(r.cost_range, _num) if r.cost is not None else "—",
-            "vs FP32 (time, energy, cost)": "" if r.precision == REFERENCE else
-            f"{vs(r.time_saving_vs_fp32)}, {vs(r.energy_saving_vs_fp32)}, {vs(r.cost_saving_vs_fp32)}",
+            "saved vs FP32 (time, energy, cost)": "" if r.precision == REFERENCE else
+            ", ".join(formats.percent(x) for x in (r.time_saving_vs_fp32, r.energy_saving_vs_fp32,
+                                                   r.cost_saving_vs_fp32)),
         })
     return rows
 

@@ -563,7 +563,7 @@ class ResultSet:
                     "step_ms_p50": r.step_time.p50_ms if r.step_time else None,
                     "peak_memory_bytes": r.peak_memory.value if r.peak_memory else None,
                     "energy_train_j": _energy(r, "train_j"),
-                    "j_per_sample": _energy(r, "train_j_per_sample"),
+                    "energy_j_per_sample": _energy(r, "train_j_per_sample"),
                     "skipped_steps": len(r.skipped_steps) if r.skipped_steps is not None else None,
                     "accelerated": r.accelerated,
                     "wall_s": r.wall_s,

@@ -104,7 +104,9 @@ def probe(device: str, precisions: list[str], backend: str = "torch") -> dict[st
             continue
         accelerated = speedup >= SPEEDUP_THRESHOLD
         verdict = "accelerated" if accelerated else f"not accelerated on {device} ({backend})"
-        note = f"{verdict}: {n}x{n} matmul runs at {speedup:.3g}x fp32 throughput"
+        # "capability": one matmul's ratio, which the workload's measured speedup (its
+        # samples/s over fp32's, data loading and small ops included) rarely reaches
+        note = f"{verdict}: capability probe, a {n}x{n} matmul at {speedup:.3g}x fp32"
         missing = _missing_cpu_units(precision) if device == "cpu" else None
         if accelerated and missing:
             # A small matmul timed on a loaded 2-core machine once read fp16 at 1.16x fp32 on an

@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from ampcert import formats
 from ampcert.console import Col, Output, print_pairs, print_table
 
 STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow", "REGRESSION": "bold red",
@@ -30,13 +31,15 @@ def line(console: Console, text: str) -> None:
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
-def fmt(value: Any, digits: int = 4) -> str:
-    from ampcert.report.summary import fmt as summary_fmt
-
-    return summary_fmt(value, digits)
+fmt = formats.number
 
 
 # --------------------------------------------------------------------------- run, merge, report
+
+
+#: Why the table's speedup and the dry run's capability ratio differ (both printed, so both named).
+SPEEDUP_NOTE = ("speedup: this workload's samples/s over fp32's, measured; accel: the device's capability "
+                "probe (one matmul), which a whole training step rarely matches")
 
 
 def print_plan(console: Console, planned) -> None:
@@ -46,8 +49,12 @@ def print_plan(console: Console, planned) -> None:
         console.print(f"suite {plan.suite.name}: {len(rows)} runs on {plan.device}", markup=False)
         for precision, cap in plan.capabilities.items():
             console.print(f"  {precision}: {cap['note']}", markup=False, soft_wrap=True)
-    # The run id names workload, precision, amp and seed: those columns go first when space is short.
-    cols = [Col("run_id"), Col("workload", spare=True), Col("prec", spare=True), Col("amp", spare=True),
+        if len(plan.capabilities) > 1:
+            console.print("  (a capability probe times one matmul; the runs measure each workload's speedup)",
+                          markup=False, soft_wrap=True)
+    # The run id names workload, precision, amp and seed: those columns go first when space is short;
+    # the run id itself is never wrapped (logs are grepped for it).
+    cols = [Col("run_id", whole=True), Col("workload", spare=True), Col("prec", spare=True), Col("amp", spare=True),
             Col("seed", "right", spare=True), Col("steps", "right"), Col("target", "right"), Col("note")]
     table = [[r["run_id"], r["workload"], r["precision"], r["amp"], str(r["seed"]), str(r["steps"]),
               "" if r["target"] is None else str(r["target"]), r["note"]] for r in rows]
@@ -55,10 +62,6 @@ def print_plan(console: Console, planned) -> None:
     if plan is not None and planned.shard:
         console.print(f"shard {planned.shard['index']}/{planned.shard['count']}: {len(rows)} of "
                       f"{planned.planned} runs", markup=False)
-
-
-def _samples_per_s(v) -> str:
-    return f"{v:,.0f}" if isinstance(v, float) and v >= 100 else fmt(v)
 
 
 def print_summary(console: Console, rs, s: dict) -> None:
@@ -72,18 +75,22 @@ def print_summary(console: Console, rs, s: dict) -> None:
     for g in groups:
         if g.get("note"):
             notes.setdefault(g["note"], f"[{len(notes) + 1}]")
+    # Target and MFU go first where the table does not fit (summary.json and the report keep them).
     cols = [Col("workload")] + ([] if one_backend else [Col("backend")]) + ([] if one_amp else [Col("amp")]) + [
-        Col("prec"), Col("runs", "right"), Col("metric", "right"), Col("target", "right"),
-        Col("samples/s", "right"), Col("speedup", "right"), Col("MFU", "right"), Col("accel")] + (
+        Col("prec"), Col("runs", "right"), Col("metric", "right"), Col("target", "right", spare=True),
+        Col("samples/s", "right"), Col("speedup", "right"), Col("MFU", "right", spare=True), Col("accel")] + (
         [Col("note")] if notes else [])
     rows = []
     for g in groups:
         rows.append([g["workload"]] + ([] if one_backend else [g["backend"]]) + ([] if one_amp else [g["amp"]]) + [
-            g["precision"], f"{g['completed']}/{g['runs']}", fmt(g["final_metric_mean"]), fmt(g["target_reached"]),
-            _samples_per_s(g["samples_per_s_mean"]), fmt(g["speedup_vs_fp32"], 3), fmt(g["mfu_mean"], 3),
+            g["precision"], f"{g['completed']}/{g['runs']}", fmt(g["final_metric"]), fmt(g["target_reached"]),
+            fmt(g["samples_per_s"]), fmt(g["speedup_vs_fp32"], 3), fmt(g["mfu"], 3),
             "yes" if g["accelerated"] else ("NO", "bold red")] + ([notes.get(g.get("note") or "", "")] if notes else []))
     title = f"suite {s['suite']}" + (f", amp {next(iter(amps))}" if one_amp else "")
-    print_table(console, cols, rows, title=title, footnotes=[f"{m} {text}" for text, m in notes.items()])
+    footnotes = [f"{m} {text}" for text, m in notes.items()]
+    if any(g["speedup_vs_fp32"] is not None for g in groups):
+        footnotes.append(SPEEDUP_NOTE)
+    print_table(console, cols, rows, title=title, footnotes=footnotes)
     for r in rs.runs:
         if r.status != "completed":
             console.print(f"  {r.run_id}: {r.status}: {r.reason}", markup=False, soft_wrap=True)
@@ -260,9 +267,11 @@ def print_screen(console: Console, screen) -> None:
 
 def print_fp8_layers(console: Console, layers: list[dict[str, Any]]) -> None:
     colour = {"safe": "green", "review": "yellow", "unsafe": "bold red"}
-    print_table(console, [Col("layer"), Col("in x out", "right"), Col("fp8"), Col("verdict"),
-                          Col("rel err vs bf16", "right"), Col("underflow in/w/grad", "right"),
-                          Col("amax in/w/grad", "right"), Col("why")],
+    # Where 80 columns cannot hold the measurements, the shape, underflow and amax go (`why`
+    # names the worst underflow, --json keeps every figure); `why` wraps.
+    print_table(console, [Col("layer"), Col("in x out", "right", spare=True), Col("fp8"), Col("verdict"),
+                          Col("rel err", "right"), Col("underflow i/w/g", "right", spare=True),
+                          Col("amax i/w/g", "right", spare=True), Col("why")],
                 [[layer["name"], f"{layer['in_features']}x{layer['out_features']}",
                   "yes" if layer["converted"] else "no",
                   (layer["verdict"], colour.get(layer["verdict"], "")),
@@ -271,7 +280,8 @@ def print_fp8_layers(console: Console, layers: list[dict[str, Any]]) -> None:
                   " / ".join(fmt(layer["amax"][r][-1] if layer["amax"].get(r) else None, 3)
                              for r in ("input", "weight", "grad_output")),
                   layer["why"] if layer["converted"] else f"{layer['reason']}; what-if: {layer['why']}"]
-                 for layer in layers])
+                 for layer in layers],
+                footnotes=["rel err: output against bf16's; i/w/g: input, weight, output gradient"])
 
 
 def screen_json(screen) -> dict[str, Any]:
@@ -321,10 +331,14 @@ def print_gate(console: Console, result) -> None:
         cert = f", certificate {side.certificate}" if side.certificate else ""
         line(console, f"{name} {side.path} ({side.kind}, suite {side.suite}, {side.runs} runs, "
                       f"{', '.join(side.devices)}{cert})")
-    # Short headers for a terminal; the Markdown summary keeps gate.HEADERS.
+    # Short headers for a terminal; the Markdown summary keeps gate.HEADERS. Where 80 columns
+    # cannot hold them all, n, the limit and the evidence go (each regression's evidence is
+    # printed below the table) and the subject wraps at its slashes: a row is two lines.
     headers = {"n": "n", "threshold": "limit"}
     right = {"baseline", "candidate", "n", "change", "threshold"}
-    cols = [Col(headers.get(k, k), "right" if k in right else "left") for k in gate.COLUMNS]
+    spare, whole = {"n", "threshold", "evidence"}, {"status"}
+    cols = [Col(headers.get(k, k), "right" if k in right else "left", spare=k in spare, whole=k in whole)
+            for k in gate.COLUMNS]
     rows = [[row[k] for k in gate.COLUMNS[:-1]] + [status_cell(row["status"])] for row in gate.table_rows(result)]
     print_table(console, cols, rows, hide_blank=True,
                 title=f"regression gate {result.gate['name']}: worse beyond the threshold AND significant",
@@ -353,12 +367,22 @@ def print_gate(console: Console, result) -> None:
 def print_capacity(console: Console, cap) -> None:
     cp, rows = cap.plan, cap.rows
     devices = sorted({row["device"] for row in rows})
-    columns = [k for k in rows[0] if k != "device" or len(devices) > 1]
-    right = {"seeds", "samples/s", "wall time", "GPU-hours", "energy kWh", f"cost {cp.currency}"}
-    print_table(console, [Col(k, "right" if k in right else "left") for k in columns],
+    backends = sorted({row["backend/amp"] for row in rows})
+    # One device or one backend/amp for every row: said once in the title, not in a column.
+    columns = [k for k in rows[0] if (k != "device" or len(devices) > 1) and (k != "backend/amp" or len(backends) > 1)]
+    right = {"seeds", "samples/s", "wall time", "GPU-hours", "device-hours", "energy kWh", f"cost {cp.currency}"}
+    # Short headers, so that 80 columns hold the table (its cells wrap). The seeds and the
+    # device-hours (wall time x the title's devices) go first where it does not fit.
+    saved = "saved vs FP32 (time, energy, cost)"
+    headers = {"precision": "prec", "wall time": "wall", "energy kWh": "kWh", saved: "saved"}
+    spare = {"seeds", "GPU-hours", "device-hours"}
+    print_table(console, [Col(headers.get(k, k), "right" if k in right else "left", spare=k in spare)
+                          for k in columns],
                 [[row[k] for k in columns] for row in rows],
                 title=f"suite {cap.suite}: {cp.target_samples:,} samples on {cp.gpus} x "
-                      f"{devices[0] if len(devices) == 1 else 'device'}; ranges: slowest to fastest seed")
+                      f"{devices[0] if len(devices) == 1 else 'device'}"
+                      + (f", {backends[0]}" if len(backends) == 1 else "") + "; ranges: slowest to fastest seed",
+                footnotes=[f"saved: {saved.removeprefix('saved ')}"] if saved in columns else [])
 
 
 def print_nights(console: Console, nights: list) -> None:
@@ -374,14 +398,16 @@ def print_history_gate(console: Console, result) -> None:
     """`ampcert gate`: a row per series, then the verdict."""
     console.print(f"suite {result.suite} on {result.machine}, night {result.night}, store {result.store}",
                   markup=False, highlight=False, soft_wrap=True)
-    print_table(console, [Col("subject"), Col("metric"), Col("nights", "right"), Col("status"),
-                          Col("value", "right"), Col("change", "right"), Col("since")],
-                [[r.subject, r.metric, str(r.nights), status_cell(r.status), f"{r.value:.4g}",
-                  f"{r.change:+.1%}" if r.change is not None else "", r.change_night or ""] for r in result.rows],
+    # The subject stays whole (logs are grepped for it); `since` goes first where the table does not
+    # fit (each regression's line below names its night).
+    print_table(console, [Col("subject", whole=True), Col("metric"), Col("nights", "right"), Col("status"),
+                          Col("value", "right"), Col("change", "right"), Col("since", spare=True)],
+                [[r.subject, r.metric, str(r.nights), status_cell(r.status), formats.figure(r.metric, r.value),
+                  formats.change(r.change) if r.change is not None else "", r.change_night or ""] for r in result.rows],
                 hide_blank=True)
     if result.regressions:
         for r in result.regressions:
-            console.print(f"FAIL: {r.subject} {r.metric}: {r.change:+.1%} since {r.change_night}"
+            console.print(f"FAIL: {r.subject} {r.metric}: {formats.change(r.change)} since {r.change_night}"
                           if r.change is not None else f"FAIL: {r.subject} {r.metric}: {r.detail}",
                           markup=False, highlight=False, soft_wrap=True)
     else:

@@ -23,7 +23,7 @@ from ampcert.gate.significance import bootstrap_medians, change, mannwhitney_p
 from ampcert.results import RunResult
 from ampcert.vocabulary import Subject
 
-UNITS = {"samples_per_s": "samples/s", "time_to_target_s": "s", "peak_memory_bytes": "bytes",
+UNITS = {"samples_per_s": "samples/s", "step_samples_per_s": "samples/s", "time_to_target_s": "s", "peak_memory_bytes": "bytes",
          "energy_j_per_sample": "J/sample"}
 
 
@@ -44,7 +44,7 @@ def compare_metric(metric: str, mg: MetricGate, cfg: GateConfig, subject: Subjec
     bs, cs = collect_samples(metric, base), collect_samples(metric, cand)
 
     def side(s: Samples) -> Side:
-        return Side(value=float(np.median(s.pooled)) if s.per_run else None, runs=len(s.per_run),
+        return Side(value=float(np.median(s.per_run)) if s.per_run else None, runs=len(s.per_run),
                     samples=s.n_samples, per_run=[float(v) for v in s.per_run],
                     note=s.missing or s.note)
 

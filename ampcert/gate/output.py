@@ -9,8 +9,7 @@ the same ones as the table.
 
 from __future__ import annotations
 
-import math
-
+from ampcert import formats
 from ampcert.gate.result import GateResult
 from ampcert.vocabulary import Status
 
@@ -19,9 +18,7 @@ HEADERS = {"n": "runs x samples", "threshold": "worse by >"}
 
 
 def fmt_change(x: float | None, kind: str) -> str:
-    if x is None or not math.isfinite(x):
-        return "—" if x is None else ("+inf" if x > 0 else "-inf")
-    return f"{100 * x:+.1f}%" if kind == "relative" else f"{x:+.4f}"
+    return formats.change(x, kind)
 
 
 def fmt_threshold(t: float, kind: str) -> str:
@@ -29,17 +26,7 @@ def fmt_threshold(t: float, kind: str) -> str:
 
 
 def fmt_value(metric: str, v: float | None) -> str:
-    if v is None:
-        return "—"
-    if metric == "peak_memory_bytes":
-        return f"{v / 2**20:,.1f} MiB"
-    if metric == "samples_per_s":
-        return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
-    if metric == "time_to_target_s":
-        return f"{v:.3g} s"
-    if metric == "energy_j_per_sample":
-        return f"{v:.4g} J"
-    return f"{v:.4f}"
+    return formats.figure(metric, v)
 
 
 def table_rows(result: GateResult) -> list[dict[str, str]]:

@@ -1,8 +1,9 @@
 """What each metric's samples are: the values read from one side's runs.
 
-Per metric, a value per completed run, and for throughput also per-step
-samples within each run where step times were recorded (``step_times_ms``):
-the data the significance tests and the medians are taken over. Where a run
+Per metric, a value per completed run (the run's figure of that name, as
+every view reads it: ``aggregate.run_value``), and for ``step_samples_per_s``
+also the per-step samples within each run (``step_times_ms``): the data the
+significance tests and the medians are taken over. Where a run
 has no value, :class:`Samples` says why (shown as N/A in the table). This is
 the only place that knows which attribute of a run a gate metric reads; the
 metric names are a closed set (:data:`ampcert.gate.settings.MetricName`).
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ampcert.aggregate import run_value, step_throughputs
 from ampcert.results import RunResult
 
 
@@ -29,12 +31,6 @@ class Samples:
     note: str | None = None
 
     @property
-    def pooled(self) -> np.ndarray:
-        if self.groups:
-            return np.concatenate(self.groups)
-        return np.asarray(self.per_run, dtype=float)
-
-    @property
     def n_samples(self) -> int:
         return int(sum(len(g) for g in self.groups)) if self.groups else len(self.per_run)
 
@@ -44,24 +40,24 @@ def _energy_reason(r: RunResult) -> str:
     return str(energy.get("reason") or "no energy measurement in the run's telemetry")
 
 
+MISSING = {"samples_per_s": "samples/s not recorded", "final_metric": "no final metric",
+           "peak_memory_bytes": "peak memory not measured"}
+
+
 def collect_samples(metric: str, runs: list[RunResult]) -> Samples:
-    """``metric``'s samples over the completed ``runs``."""
+    """``metric``'s samples over the completed ``runs``: each run's value of the
+    figure of that name (``aggregate.run_value``, what every view shows)."""
     done = [r for r in runs if r.status == "completed"]
     if not done:
         return Samples([], missing="no completed run")
-    if metric == "samples_per_s":
-        vals = [r.samples_per_s for r in done if r.samples_per_s]
-        groups = []
-        for r in done:
-            if r.step_times_ms and r.steps:
-                batch = r.train_samples / r.steps
-                ms = np.asarray([t for t in r.step_times_ms if t > 0], dtype=float)
-                if len(ms):
-                    groups.append(batch * 1e3 / ms)
-        use_steps = len(groups) == len(done)
-        return Samples(vals, groups if use_steps else None, None if vals else "samples/s not recorded",
-                       None if use_steps else "per run (no per-step times recorded)")
+    if metric == "step_samples_per_s":
+        groups = [np.asarray(step_throughputs(r), dtype=float) for r in done]
+        if not all(len(g) for g in groups):
+            return Samples([], missing="per-step times not recorded")
+        return Samples([float(np.median(g)) for g in groups], groups)
     if metric == "time_to_target_s":
+        if not any(r.target is not None or r.spec.target is not None for r in done):
+            return Samples([], missing="no target")
         vals, censored = [], 0
         for r in done:
             if r.target_reached and r.time_to_target_s is not None:
@@ -73,14 +69,9 @@ def collect_samples(metric: str, runs: list[RunResult]) -> Samples:
         note = (f"target missed in {censored}/{len(done)} runs: counted at their whole training time"
                 if censored else None)
         return Samples(vals, note=note)
-    if metric == "final_metric":
-        vals = [r.final_metric for r in done if r.final_metric is not None]
-        return Samples(vals, missing=None if vals else "no final metric")
-    if metric == "peak_memory_bytes":
-        vals = [r.peak_memory.value for r in done if r.peak_memory and r.peak_memory.value is not None]
-        return Samples(vals, missing=None if vals else "peak memory not measured")
+    vals = [v for r in done if (v := run_value(r, metric)) is not None and (v or metric != "samples_per_s")]
+    if vals:
+        return Samples(vals)
     if metric == "energy_j_per_sample":
-        vals = [v for r in done if (v := ((r.telemetry or {}).get("energy") or {}).get("train_j_per_sample"))
-                is not None]
-        return Samples(vals, missing=None if vals else f"energy not measured: {_energy_reason(done[0])}")
-    raise ValueError(metric)  # pragma: no cover - MetricName admits only these
+        return Samples([], missing=f"energy not measured: {_energy_reason(done[0])}")
+    return Samples([], missing=MISSING.get(metric, f"no {metric}"))

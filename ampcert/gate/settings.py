@@ -24,7 +24,7 @@ from ampcert.errors import UserError
 from ampcert.resources import config_path, shipped_label
 
 GATE_FILE = config_path("gate.yaml")
-MetricName = Literal["samples_per_s", "time_to_target_s", "final_metric", "peak_memory_bytes",
+MetricName = Literal["samples_per_s", "step_samples_per_s", "time_to_target_s", "final_metric", "peak_memory_bytes",
                      "energy_j_per_sample"]
 #: The one metric whose better direction the workload itself declares (accuracy
 #: higher, bits per byte lower); speed, time, memory and energy have a fixed one.

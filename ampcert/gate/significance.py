@@ -2,7 +2,7 @@
 
 A change is measured as candidate vs baseline, relative (c/b - 1) or absolute
 (c - b) (:func:`change`). Its support is a percentile bootstrap interval of the
-change in medians, hierarchical where samples are steps within runs
+change in medians (of the runs' medians), hierarchical where samples are steps within runs
 (:func:`bootstrap_medians`), or a one-sided Mann-Whitney U test
 (:func:`mannwhitney_p`). Nothing here knows about runs or metrics: arrays in,
 numbers out.
@@ -14,10 +14,11 @@ import numpy as np
 
 
 def bootstrap_medians(groups: list[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """Medians of ``resamples`` hierarchical bootstrap samples: draw the runs
-    with replacement, then within each drawn run as many steps as a run has
-    (the median length) with replacement, and take the median of the pool.
-    With one value per run it is the ordinary bootstrap over runs."""
+    """The gate's estimate (the median over runs of each run's median) in
+    ``resamples`` hierarchical bootstrap samples: draw the runs with
+    replacement, then within each drawn run as many steps as a run has (the
+    median length) with replacement; each drawn run's median, then their
+    median. With one value per run it is the ordinary bootstrap over runs."""
     m = len(groups)
     lengths = np.array([len(g) for g in groups])
     draws = max(int(np.median(lengths)), 1)
@@ -31,7 +32,7 @@ def bootstrap_medians(groups: list[np.ndarray], resamples: int, rng: np.random.G
         picked = rng.integers(0, m, size=(b, m))
         steps = (rng.random((b, m, draws)) * lengths[picked][..., None]).astype(np.int64)
         values = padded[picked[..., None], steps]
-        out[start:start + b] = np.median(values.reshape(b, -1), axis=1)
+        out[start:start + b] = np.median(np.median(values, axis=2), axis=1)
     return out
 
 
@@ -47,6 +48,7 @@ def mannwhitney_p(c: np.ndarray, b: np.ndarray, alternative: str) -> float:
     """One-sided Mann-Whitney U p-value of ``c`` against ``b`` (1.0 where every sample is equal)."""
     from scipy.stats import mannwhitneyu
 
-    if np.ptp(np.concatenate([b, c])) == 0:
+    pooled = np.concatenate([b, c])
+    if np.all(pooled == pooled[0]):  # (not np.ptp: inf - inf is nan)
         return 1.0  # every sample equal: no evidence of any shift
     return float(mannwhitneyu(c, b, alternative=alternative).pvalue)

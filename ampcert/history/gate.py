@@ -17,6 +17,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ampcert import formats
 from ampcert.envinfo import software_stack, stack_changes
 from ampcert.errors import UserError
 from ampcert.history.changepoints import DEFAULT_MIN_EFFECT, DEFAULT_WINDOW, judge
@@ -136,8 +137,8 @@ def to_markdown(gate: HistoryGate) -> str:
              "| subject | metric | nights | status | value | change | since |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in gate.rows:
         status = f"**{r.status}**" if r.status == "REGRESSION" else r.status
-        change = f"{r.change:+.1%}" if r.change is not None else ""
-        lines.append(f"| {r.subject} | {r.metric} | {r.nights} | {status} | {r.value:.4g} | {change} | "
+        change = formats.change(r.change) if r.change is not None else ""
+        lines.append(f"| {r.subject} | {r.metric} | {r.nights} | {status} | {formats.figure(r.metric, r.value)} | {change} | "
                      f"{r.change_night or ''} |")
     lines += ["", *(f"_note: {n}_" for n in gate.notes)] if gate.notes else []
     return "\n".join(lines) + "\n"
@@ -162,8 +163,8 @@ is worse; accuracy is judged by paired TOST against the nights before.</p>
 <div class="scroll"><table><tr><th>subject</th><th>metric</th><th>nights</th><th>status</th><th>value</th>
 <th>change</th><th>since</th><th>change points</th></tr>
 {% for r in gate.rows %}<tr><td>{{ r.subject }}</td><td>{{ r.metric }}</td><td>{{ r.nights }}</td>
-<td class="{{ r.status }}">{{ r.status }}</td><td>{{ '%.4g' % r.value }}</td>
-<td>{{ '%+.1f%%' % (100 * r.change) if r.change is not none else '' }}</td><td>{{ r.change_night or '' }}</td>
+<td class="{{ r.status }}">{{ r.status }}</td><td>{{ figure(r.metric, r.value) }}</td>
+<td>{{ change(r.change) if r.change is not none else '' }}</td><td>{{ r.change_night or '' }}</td>
 <td>{{ r.change_points | join(', ') }}</td></tr>
 {% endfor %}</table></div>
 {% for metric, svg in plots %}<figure><figcaption>{{ metric }}</figcaption>{{ svg | safe }}</figure>
@@ -188,4 +189,4 @@ def to_html(gate: HistoryGate) -> str:
         if svg:
             plots.append((metric, svg))
     env = jinja2.Environment(autoescape=True)
-    return env.from_string(_PAGE).render(gate=gate, plots=plots)
+    return env.from_string(_PAGE).render(gate=gate, plots=plots, figure=formats.figure, change=formats.change)

@@ -30,6 +30,7 @@ from ampcert.vocabulary import Status, Subject
 # Metrics kept per subject, with the direction that is better.
 METRICS: dict[str, str] = {
     "samples_per_s": "higher",
+    "step_samples_per_s": "higher",
     "time_to_target_s": "lower",
     "final_metric": "workload",   # the workload's metric says (accuracy higher, bits per byte lower)
     "peak_memory_bytes": "lower",

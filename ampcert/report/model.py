@@ -23,7 +23,7 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ampcert.aggregate import SubjectRow, aggregate
+from ampcert.aggregate import Aggregate, aggregate
 from ampcert.certify.checks import Certificate
 from ampcert.envinfo import CPU_FLAGS_OF_INTEREST
 from ampcert.plan import CapacityPlan, capacity_plan
@@ -56,30 +56,10 @@ class PolicyInfo(_Model):
     runs: int
 
 
-class PrecisionRow(SubjectRow):
-    """One (workload, backend, amp, precision) across its seeds (repeats excluded)."""
+class PrecisionRow(Aggregate):
+    """One (workload, backend, amp, precision) across its seeds (repeats excluded):
+    the aggregate table's row, with the certificate's verdict on its subject."""
 
-    runs: int
-    completed: int
-    failed: int
-    skipped: int
-    metric: str | None = None
-    higher_is_better: bool | None = None
-    final_metric_mean: float | None = None
-    final_metric_std: float | None = None
-    target: float | None = None
-    target_reached: str | None = Field(default=None, description="'k/n' seeds that reached the target")
-    time_to_target_s_mean: float | None = None
-    samples_per_s_mean: float | None = None
-    speedup_vs_fp32: float | None = None
-    mfu_mean: float | None = None
-    peak_memory_bytes_mean: float | None = None
-    j_per_sample_mean: float | None = None
-    accelerated: bool = True
-    capability_note: str = ""
-    comparability: str | None = Field(
-        default=None, description="why this row's metric must not be read against FP32's, e.g. "
-        "'not comparable (capped at 30 steps)': a smaller step budget than FP32's")
     verdict: Status | None = None
 
 
@@ -296,8 +276,7 @@ def environment_facts(env: dict[str, Any]) -> list[EnvFact]:
 def _table(runs: list[RunResult], cert: Certificate | None) -> list[PrecisionRow]:
     """The aggregation every view shares (:mod:`ampcert.aggregate`), with each subject's verdict."""
     verdicts = {s.subject: s.status for s in (cert.subjects if cert else [])}
-    fields = set(PrecisionRow.model_fields) - {"verdict"}
-    return [PrecisionRow(**row.model_dump(include=fields), verdict=verdicts.get(row.key)) for row in aggregate(runs)]
+    return [PrecisionRow(**row.model_dump(), verdict=verdicts.get(row.key)) for row in aggregate(runs)]
 
 
 def _methods(runs: list[RunResult]) -> dict[str, list[str]]:

@@ -44,7 +44,7 @@ def _workloads(report: Report, root: Path) -> list[dict]:
             "speed-up": plots.bars(f"{label}: speed-up vs fp32", [r.precision for r in rows],
                                    [r.speedup_vs_fp32 for r in rows], "x fp32", f"speedup-{salt}", reference=1.0),
             "energy per sample": plots.bars(f"{label}: energy per sample", [r.precision for r in rows],
-                                            [r.j_per_sample_mean for r in rows], "J", f"energy-{salt}"),
+                                            [r.energy_j_per_sample for r in rows], "J", f"energy-{salt}"),
         }
         missing = [name for name, svg in made.items() if svg is None]
         reasons = {"loss scale": "no run used a loss scaler", "power over time": "no power readings in telemetry",

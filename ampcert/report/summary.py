@@ -10,6 +10,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from ampcert import formats
 from ampcert.aggregate import aggregate
 from ampcert.report.model import portable_tree
 from ampcert.results import ResultsDir, ResultSet, atomic_write_json, atomic_write_text
@@ -48,13 +49,7 @@ _env = Environment(loader=PackageLoader("ampcert", "report/templates"),
                    autoescape=select_autoescape(default=True, default_for_string=True))
 
 
-def fmt(value: Any, digits: int = 4) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}"
-    return str(value)
-
+fmt = formats.number  # the one number format of every view (ampcert.formats)
 
 _env.filters["fmt"] = fmt
 

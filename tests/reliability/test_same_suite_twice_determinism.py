@@ -35,24 +35,24 @@ TIMING_AND_TELEMETRY_FIELDS = [
     "runs[*].started_at", "runs[*].finished_at", "runs[*].wall_s",
     "runs[*].phases.startup_s", "runs[*].phases.build_s", "runs[*].phases.train_s", "runs[*].phases.eval_s",
     "runs[*].phases.other_s", "runs[*].evals[*].train_time_s", "runs[*].time_to_target_s",
-    "runs[*].data_time_s", "runs[*].data_share",
+    "runs[*].data_time_s", "runs[*].data_share", "table[*].data_share", "table[*].time_to_target_s",
     # speed
     "runs[*].samples_per_s", "runs[*].achieved_flops", "runs[*].mfu",
     "runs[*].step_time.n", "runs[*].step_time.mean_ms", "runs[*].step_time.std_ms", "runs[*].step_time.p50_ms",
     "runs[*].step_time.p90_ms", "runs[*].step_time.p99_ms", "runs[*].step_time.min_ms",
     "runs[*].step_time.max_ms", "runs[*].step_times_ms[*]",
-    "table[*].samples_per_s_mean", "table[*].speedup_vs_fp32", "table[*].mfu_mean",
+    "table[*].samples_per_s", "table[*].step_samples_per_s", "table[*].speedup_vs_fp32", "table[*].mfu",
     # memory high-water marks (RSS)
-    "runs[*].peak_memory.value", "table[*].peak_memory_bytes_mean",
+    "runs[*].peak_memory.value", "table[*].peak_memory_bytes",
     # the telemetry sampler: its timing, and the load, memory and power it sampled
     "runs[*].telemetry.phases_s.*", "runs[*].telemetry.sampling.*",
     "runs[*].telemetry.peak_memory.*.value", "runs[*].telemetry.sources.*.stats.*",
-    "runs[*].telemetry.energy.*", "table[*].j_per_sample_mean",
+    "runs[*].telemetry.energy.*", "table[*].energy_j_per_sample",
     # capacity planning: projections from the measured throughput (and the note quoting the probe)
     "capacity.rows[*].samples_per_s", "capacity.rows[*].samples_per_s_range[*]",
     "capacity.rows[*].speedup_vs_fp32", "capacity.rows[*].capability_note", "capacity.rows[*].accelerated",
-    "capacity.rows[*].wall_time_h", "capacity.rows[*].wall_time_h_range[*]", "capacity.rows[*].gpu_hours",
-    "capacity.rows[*].gpu_hours_range[*]", "capacity.rows[*].time_saving_vs_fp32",
+    "capacity.rows[*].wall_time_h", "capacity.rows[*].wall_time_h_range[*]", "capacity.rows[*].device_hours",
+    "capacity.rows[*].device_hours_range[*]", "capacity.rows[*].time_saving_vs_fp32",
     "capacity.rows[*].cost", "capacity.rows[*].cost_range[*]", "capacity.rows[*].cost_saving_vs_fp32",
     "capacity.rows[*].energy_kwh", "capacity.rows[*].energy_kwh_range[*]", "capacity.rows[*].energy_saving_vs_fp32",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -125,22 +126,20 @@ def test_a_second_invocation_on_the_same_folder_is_refused(tiny, tmp_path):
     assert warm_cli("run", "--resume", out).returncode == 0
 
 
-@pytest.mark.slow
-@pytest.mark.serial  # a whole certification on both workloads: it runs alone, after the parallel run
-def test_smoke_suite_as_shipped(tmp_path):
-    """The README's main job: suites/smoke.yaml, all runs, a certificate that passes."""
-    proc = run_cli("run", "suites/smoke.yaml", "--out", tmp_path / "smoke", timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "certificate: PASS" in proc.stdout
-    rs = load(tmp_path / "smoke")
-    assert {r.spec.label for r in rs.runs} == {"resnet", "gpt"}
-    # 2 workloads x fp32, bf16 x 3 seeds, and the default pack's repeat of seed 0
-    assert len(rs.runs) == 16 and all(r.status == "completed" for r in rs.runs)
-    gpt_fp32 = [r for r in rs.runs if r.spec.precision == "fp32" and r.spec.label == "gpt"]
-    assert all(r.target_reached for r in gpt_fp32)  # gpt trains to its declared target
-    for r in rs.runs:
-        assert r.flops_per_step > 0 and r.mfu is not None and r.data_info
-        if not r.accelerated:  # never capped (a capped run cannot be certified), and saying so
-            assert "not accelerated" in r.capability_note and "capped" not in r.capability_note
-    # Its wall time (75 s alone on a 2-core AVX512-BF16 CPU) is a figure for the README, not an
-    # assertion: a timed test fails on a loaded or an AVX2-only runner, where bf16 is emulated.
+def test_plan_json_names_a_shipped_suite_by_its_label_and_a_users_suite_by_its_path(tmp_path):
+    """plan.json's suite_source for `ampcert run smoke` is ampcert:suites/smoke.yaml, the same on
+    every machine, never the site-packages path of one installation; a user's file keeps its path."""
+    from ampcert.resources import from_label
+    from ampcert.runner import planning
+    from ampcert.session.runs import plan_suite
+
+    planning.write_plan(tmp_path / "shipped", plan_suite("smoke").plan)
+    stored = ResultsDir(tmp_path / "shipped").read_plan()
+    assert stored.suite_source == "ampcert:suites/smoke.yaml"
+    source = from_label(stored.suite_source)  # what a reader of the label finds: the very bytes planned
+    assert source is not None and hashlib.sha256(source.read_bytes()).hexdigest() == stored.suite_sha256
+
+    own = tmp_path / "own.yaml"
+    own.write_text(TINY)
+    planning.write_plan(tmp_path / "own", plan_suite(own).plan)
+    assert ResultsDir(tmp_path / "own").read_plan().suite_source == str(own)

@@ -68,4 +68,4 @@ def test_a_cpu_run_reports_host_telemetry_and_why_gpu_telemetry_is_missing(tmp_p
     keys = [e.key for e in mllog.read(rd.mllog_file(r.run_id))]
     assert keys[-2:] == ["energy_j", "run_stop"]
     summary = json.loads((out / "summary.json").read_text())
-    assert "j_per_sample" in summary["runs"][0] and "J/sample" in (out / "summary.html").read_text()
+    assert "energy_j_per_sample" in summary["runs"][0] and "J/sample" in (out / "summary.html").read_text()
