@@ -122,10 +122,20 @@ def fleet_log(folder: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+# The ports a Ray head takes for its other components by default: a head whose own port
+# the kernel happened to hand out as one of them fails to start ("dashboard_agent_http is
+# trying to use a port number 52365 that is used by other components", seen once in CI).
+RAY_DEFAULT_PORTS = {6379, 8076, 8077, 8265, 10001, 52365, 52366}
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, and none that Ray keeps for its own components."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in RAY_DEFAULT_PORTS:
+            return port
 
 
 # Ray (2.59 on) starts clusters with token authentication, as on a real cluster: every
