@@ -27,7 +27,9 @@ def _train(amp: str, precision: str, seed: int) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_ampcert_matches_native_accuracy_on_digits(precision):
-    for seed in (0, 1):
+    # fp16 on a CPU runs at a few percent of fp32 (~30 s a run here): one seed shows the
+    # scaler's trajectory and the losses bit for bit; bf16 takes a second seed
+    for seed in (0, 1) if precision == "bf16" else (0,):
         native, ours = _train("native", precision, seed), _train("ampcert", precision, seed)
         assert native.final_metric > 0.85  # it actually learned
         assert abs(ours.final_metric - native.final_metric) <= 0.005, (seed, native.final_metric,
