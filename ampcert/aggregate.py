@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert.results import RunResult
+from ampcert.steady_state import SteadyState, steady_state
 from ampcert.vocabulary import Subject
 
 #: what a table row and a certificate subject speak about (the name from before there was :class:`Subject`)
@@ -138,7 +139,8 @@ FIGURES: dict[str, str] = {
     "steps_to_target": "steps until the first eval that met the target",
     "time_to_target_s": "run_start to the first eval that met the target, evals included",
     "samples_per_s": "training samples / training time (whole run: every timed step, data loading included)",
-    "step_samples_per_s": "steady-state throughput: the median over the timed steps of a step's samples / its time",
+    "step_samples_per_s": "steady-state throughput: the median of a step's samples / its time over the timed "
+                          "steps after the warm-up (ampcert.steady_state)",
     "flops_per_step": "forward+backward FLOPs of one step",
     "mfu": "achieved FLOP/s / the device's peak for the precision",
     "data_share": "share of training time spent on batches",
@@ -156,12 +158,17 @@ def step_throughputs(r: RunResult) -> list[float]:
     return [batch * 1e3 / ms for ms in r.step_times_ms if ms > 0]
 
 
+def steady(r: RunResult) -> SteadyState | None:
+    """``r``'s steady-state throughput (warm-up found in its step times, an interval, a CV);
+    None where its steps were not timed one by one."""
+    return steady_state(step_throughputs(r))
+
+
 def run_value(r: RunResult, name: str) -> float | None:
     """Run ``r``'s figure ``name`` (a key of :data:`FIGURES`); None where the run has none."""
     if name == "step_samples_per_s":
-        # a median over steps does not move with a few warm-up or stalled steps, as the whole-run figure does
-        steps = step_throughputs(r)
-        return statistics.median(steps) if steps else None
+        found = steady(r)
+        return found.samples_per_s if found else None
     if name == "peak_memory_bytes":
         value = r.peak_memory.value if r.peak_memory else None
     elif name == "energy_j_per_sample":

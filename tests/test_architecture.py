@@ -33,7 +33,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("ampcert.workloads", "ampcert.telemetry"),          # what is trained; what is measured
     ("ampcert.configio", "ampcert.atomic", "ampcert.resources", "ampcert.errors", "ampcert.mllog",
      "ampcert.mllog_reader", "ampcert.envinfo",
-     "ampcert.console", "ampcert.version", "ampcert.vocabulary", "ampcert.formats"),  # leaves every layer may use
+     "ampcert.console", "ampcert.version", "ampcert.vocabulary", "ampcert.formats",
+     "ampcert.steady_state"),  # leaves every layer may use
     ("ampcert.amp",),                                    # the AMP engine: usable alone
 ]
 

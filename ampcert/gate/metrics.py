@@ -21,6 +21,7 @@ from ampcert.gate.samples import Samples, collect_samples
 from ampcert.gate.settings import GateConfig, MetricGate
 from ampcert.gate.significance import bootstrap_medians, change, mannwhitney_p
 from ampcert.results import RunResult
+from ampcert.steady_state import window_for
 from ampcert.vocabulary import Subject
 
 UNITS = {"samples_per_s": "samples/s", "step_samples_per_s": "samples/s", "time_to_target_s": "s", "peak_memory_bytes": "bytes",
@@ -71,10 +72,12 @@ def compare_metric(metric: str, mg: MetricGate, cfg: GateConfig, subject: Subjec
     if test == "auto":
         enough = min(len(bs.per_run), len(cs.per_run)) >= cfg.mannwhitney_min_runs
         test = "bootstrap" if grouped or not enough else "mannwhitney"
-    level = "runs x steps" if grouped else "runs"
     # bootstrap interval of the change (always reported; decides with test=bootstrap)
-    boots = change(bootstrap_medians(b_groups, cfg.bootstrap_resamples, rng),
-                   bootstrap_medians(c_groups, cfg.bootstrap_resamples, rng), mg.kind)
+    # steps are drawn in windows, as each run's own interval draws them (ampcert.steady_state)
+    window = window_for(min(len(g) for g in b_groups + c_groups)) if grouped else 1
+    level = f"runs x {window}-step windows" if grouped else "runs"
+    boots = change(bootstrap_medians(b_groups, cfg.bootstrap_resamples, rng, window),
+                   bootstrap_medians(c_groups, cfg.bootstrap_resamples, rng, window), mg.kind)
     boots = boots[np.isfinite(boots)]
     ci = [float(np.percentile(boots, 100 * alpha / 2)), float(np.percentile(boots, 100 * (1 - alpha / 2)))] \
         if len(boots) else None

@@ -18,6 +18,7 @@ import numpy as np
 
 from ampcert.aggregate import run_value, step_throughputs
 from ampcert.results import RunResult
+from ampcert.steady_state import steady_steps
 
 
 @dataclass
@@ -51,7 +52,7 @@ def collect_samples(metric: str, runs: list[RunResult]) -> Samples:
     if not done:
         return Samples([], missing="no completed run")
     if metric == "step_samples_per_s":
-        groups = [np.asarray(step_throughputs(r), dtype=float) for r in done]
+        groups = [steady_steps(step_throughputs(r)) for r in done]  # after each run's own warm-up
         if not all(len(g) for g in groups):
             return Samples([], missing="per-step times not recorded")
         return Samples([float(np.median(g)) for g in groups], groups)

@@ -13,26 +13,33 @@ from __future__ import annotations
 import numpy as np
 
 
-def bootstrap_medians(groups: list[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
+def bootstrap_medians(groups: list[np.ndarray], resamples: int, rng: np.random.Generator,
+                      window: int = 1) -> np.ndarray:
     """The gate's estimate (the median over runs of each run's median) in
     ``resamples`` hierarchical bootstrap samples: draw the runs with
-    replacement, then within each drawn run as many steps as a run has (the
-    median length) with replacement; each drawn run's median, then their
-    median. With one value per run it is the ordinary bootstrap over runs."""
+    replacement, then within each drawn run as many windows of ``window``
+    consecutive steps as a run has (the median count) with replacement; each
+    drawn run's median, then their median. Whole windows, as a run's own
+    interval draws them (``ampcert.steady_state``): neighbouring steps are
+    correlated (a slow phase of the machine lasts many steps), and drawing
+    steps one by one would make the interval too narrow. With one value per
+    run it is the ordinary bootstrap over runs."""
     m = len(groups)
-    lengths = np.array([len(g) for g in groups])
-    draws = max(int(np.median(lengths)), 1)
-    padded = np.zeros((m, lengths.max()))
+    # each run cut into whole windows (narrower where a run has fewer steps than a window)
+    width = max(min(window, *(len(g) for g in groups)), 1)
+    counts = np.array([len(g) // width for g in groups])
+    blocks = np.zeros((m, counts.max(), width))
     for j, g in enumerate(groups):
-        padded[j, : len(g)] = g
+        blocks[j, : counts[j]] = np.asarray(g[: counts[j] * width], dtype=float).reshape(counts[j], width)
+    draws = max(int(np.median(counts)), 1)
     out = np.empty(resamples)
-    chunk = max(1, 2_000_000 // (m * draws))
+    chunk = max(1, 2_000_000 // (m * draws * width))
     for start in range(0, resamples, chunk):
         b = min(chunk, resamples - start)
         picked = rng.integers(0, m, size=(b, m))
-        steps = (rng.random((b, m, draws)) * lengths[picked][..., None]).astype(np.int64)
-        values = padded[picked[..., None], steps]
-        out[start:start + b] = np.median(np.median(values, axis=2), axis=1)
+        which = (rng.random((b, m, draws)) * counts[picked][..., None]).astype(np.int64)
+        values = blocks[picked[..., None], which]  # (b, m, draws, width)
+        out[start:start + b] = np.median(np.median(values.reshape(b, m, -1), axis=2), axis=1)
     return out
 
 

@@ -23,12 +23,13 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ampcert.aggregate import Aggregate, aggregate
+from ampcert.aggregate import Aggregate, aggregate, steady
 from ampcert.certify.checks import Certificate
 from ampcert.envinfo import CPU_FLAGS_OF_INTEREST
 from ampcert.plan import CapacityPlan, capacity_plan
 from ampcert.resources import schema_path
 from ampcert.results import ResultsDir, ResultSet, RunResult
+from ampcert.steady_state import SteadyState
 from ampcert.version import __version__
 from ampcert.vocabulary import Status
 
@@ -89,6 +90,9 @@ class Report(_Model):
     table: list[PrecisionRow]
     runs: list[RunResult]
     missing_runs: list[str] = Field(default_factory=list, description="planned runs with no result")
+    steady_state: dict[str, SteadyState] = Field(
+        default_factory=dict, description="per run id: its steady-state throughput (warm-up found in its step "
+        "times, the median after it, a bootstrap interval over step windows, the CV); runs without step times absent")
     methods: dict[str, list[str]] = Field(description="how each figure was obtained, as recorded by the runs")
     not_measured: list[NotMeasured]
     capacity: CapacityPlan | None = Field(
@@ -361,6 +365,7 @@ def build_report(rs: ResultSet) -> Report:
                   for k, n in sorted(policies.items(), key=lambda kv: str(kv[0]))],
         rules=cert.rules if cert else None, certificate=cert, table=_table(runs, cert), runs=runs,
         missing_runs=sorted(rs.missing), methods=_methods(runs),
+        steady_state={r.run_id: found for r in runs if r.status == "completed" and (found := steady(r))},
         not_measured=_not_measured(runs, plan.capabilities or {}),
         capacity=_capacity(runs),
     )

@@ -11,7 +11,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from ampcert import formats
-from ampcert.aggregate import aggregate
+from ampcert.aggregate import aggregate, steady
 from ampcert.report.model import portable_tree
 from ampcert.results import ResultsDir, ResultSet, atomic_write_json, atomic_write_text
 
@@ -39,10 +39,25 @@ def build(rs: ResultSet) -> dict[str, Any]:
             "skipped": sum(r.status == "skipped" for r in rs.runs), "missing": len(rs.missing),
         },
         "groups": groups,
-        "runs": df.astype(object).where(df.notna(), None).to_dict(orient="records") if len(df) else [],
+        "runs": _with_steady_state(rs, df.astype(object).where(df.notna(), None).to_dict(orient="records")
+                                   if len(df) else []),
         "missing": rs.missing,
         "worker_phases_s": phases,
     })
+
+
+def _with_steady_state(rs: ResultSet, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each run's row with its steady-state throughput: the median after the warm-up, its
+    95% interval, the CV and the warm-up steps (``ampcert.steady_state``; null where not timed)."""
+    by_id = {r.run_id: r for r in rs.runs}
+    for row in rows:
+        found = steady(by_id[row["run_id"]]) if row["status"] == "completed" else None
+        row["step_samples_per_s"] = found.samples_per_s if found else None
+        row["step_samples_per_s_ci"] = found.ci if found else None
+        row["step_cv"] = found.cv if found else None
+        row["warmup_steps"] = found.warmup_steps if found else None
+        row["steady_state_reached"] = found.reached if found else None
+    return rows
 
 
 _env = Environment(loader=PackageLoader("ampcert", "report/templates"),
