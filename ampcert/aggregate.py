@@ -186,6 +186,27 @@ def median_value(runs: Iterable[RunResult], name: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+def paired_speedups(runs: Iterable[RunResult]) -> dict[Subject, list[float]]:
+    """Per low-precision group, each seed's steady-state throughput over FP32's of the
+    same seed (same entry, backend and amp): a ratio of two runs that ran next to each
+    other (``spec.expand`` interleaves the precisions of a seed), so the machine's
+    load, which moves both, cancels. The figure ``paired_speedup_vs_fp32`` of a group
+    is their median."""
+    groups = group_runs(runs)
+    out: dict[Subject, list[float]] = {}
+    for key, members in groups.items():
+        reference = groups.get(reference_key(key))
+        if key.precision == REFERENCE or not reference:
+            continue
+        fp32 = {r.spec.seed: v for r in reference if r.status == "completed"
+                and (v := run_value(r, "step_samples_per_s"))}
+        ratios = [v / fp32[r.spec.seed] for r in members if r.status == "completed" and r.spec.seed in fp32
+                  and (v := run_value(r, "step_samples_per_s"))]
+        if ratios:
+            out[key] = ratios
+    return out
+
+
 class Aggregate(SubjectRow):
     """One group across its seeds (determinism repeats excluded): counts, and each
     figure of :data:`FIGURES` as the median over the completed runs that have it."""
@@ -207,6 +228,9 @@ class Aggregate(SubjectRow):
     speedup_vs_fp32: float | None = Field(
         default=None, description="measured: samples_per_s / FP32's samples_per_s of the same entry, backend and amp "
         "(the capability probe's ratio is a matmul's, not the workload's)")
+    paired_speedup_vs_fp32: float | None = Field(
+        default=None, description="median over seeds of the run's step_samples_per_s over FP32's run of the same "
+        "seed, which ran next to it: the machine's load cancels (aggregate.paired_speedups)")
     flops_per_step: float | None = None
     mfu: float | None = None
     data_share: float | None = None
@@ -253,4 +277,8 @@ def aggregate(runs: Iterable[RunResult]) -> list[Aggregate]:
         base = speeds.get(reference_key(row.key))
         if base and row.samples_per_s:
             row.speedup_vs_fp32 = row.samples_per_s / base
+    for key, ratios in paired_speedups(runs).items():
+        for row in rows:
+            if row.key == key:
+                row.paired_speedup_vs_fp32 = statistics.median(ratios)
     return rows

@@ -658,7 +658,13 @@ def load_suite(path: str | Path) -> Suite:
 
 
 def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, repeats: int = 0) -> list[RunSpec]:
-    """The run matrix, in a stable order: workload entry, then precision, then seed.
+    """The run matrix, in a stable order: workload entry, then seed, then precision.
+
+    A seed's precisions run one after the other (fp32 s0, bf16 s0, fp32 s1, ...),
+    never all of FP32 and then all of bf16: two runs of a seed then share the
+    machine's state (its load, its clocks, its caches), and a low precision's
+    speed-up over FP32, paired by seed, cancels what the machine does to both
+    (``aggregate.paired_speedups``, what the nightly history gates the gain on).
 
     ``min_seeds`` and ``repeats`` are what the suite's rule pack needs (its
     statistical checks need that many seeds; its determinism check reruns the
@@ -686,9 +692,9 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, 
         seeds = with_min_seeds(entry.seeds or suite.seeds, min_seeds)
         matrix = [(compiled, label, precision, seed, repeat)
                   for compiled, label in zip(suite.compile_of(entry), suite.labels_of(entry), strict=True)
-                  for precision in entry.precisions or suite.precisions
                   # repeat 0 of every seed, then `repeats` reruns of the first seed
-                  for seed, repeat in [(s, 0) for s in seeds] + [(seeds[0], r) for r in range(1, repeats + 1)]]
+                  for seed, repeat in [(s, 0) for s in seeds] + [(seeds[0], r) for r in range(1, repeats + 1)]
+                  for precision in entry.precisions or suite.precisions]
         for compiled, label, precision, seed, repeat in matrix:
             runs.append(
                 _run_spec(

@@ -61,6 +61,11 @@ def test_each_shared_figure_has_one_value_in_every_view(folder, tmp_path):
     session.history_add([folder], store=store)
     history = {(r.subject, r.metric): r for r in session.gate_history(folder, store=store).rows}
     capacity = {str(r.key): r for r in session.capacity(folder, 10**6).plan.rows}
+    bf16 = table["digits/torch/native/bf16"]
+    assert bf16.paired_speedup_vs_fp32 == pytest.approx(1.4, rel=0.05)  # each seed's pair, run side by side
+    assert history[("digits/torch/native/bf16", "paired_speedup_vs_fp32")].value == \
+        pytest.approx(bf16.paired_speedup_vs_fp32)
+    assert report["digits/torch/native/bf16"]["paired_speedup_vs_fp32"] == pytest.approx(bf16.paired_speedup_vs_fp32)
     for subject, row in table.items():
         for name in SHARED:
             want = getattr(row, name)

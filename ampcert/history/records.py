@@ -6,8 +6,10 @@ subject (workload entry, backend, AMP, precision: ``aggregate.group_runs``'s
 groups, determinism repeats left out) and metric, the median over the seeds
 that have a value, with those values kept beside it. The metrics are the
 gate's (``gate.samples.collect_samples``: throughput, time to quality, final
-quality, peak memory, energy per sample) and two counts: optimizer updates
-the loss scaler skipped, and failed runs.
+quality, peak memory, energy per sample), a low precision's speed-up over
+FP32 paired by seed within the night (the steadiest signal of whether it lost
+its gain: the machine's load moves both runs of a pair), and two counts:
+optimizer updates the loss scaler skipped, and failed runs.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ampcert.aggregate import paired_speedups
 from ampcert.errors import UserError
 from ampcert.gate.samples import collect_samples
 from ampcert.gate.subjects import group_runs
@@ -31,6 +34,7 @@ from ampcert.vocabulary import Status, Subject
 METRICS: dict[str, str] = {
     "samples_per_s": "higher",
     "step_samples_per_s": "higher",
+    "paired_speedup_vs_fp32": "higher",  # a low precision's gain, measured in the same night (aggregate.paired_speedups)
     "time_to_target_s": "lower",
     "final_metric": "workload",   # the workload's metric says (accuracy higher, bits per byte lower)
     "peak_memory_bytes": "lower",
@@ -95,11 +99,15 @@ def _higher_is_better(metric: str, runs: list[RunResult]) -> bool:
     return direction == "higher"
 
 
-def _points(subject: Subject, runs: list[RunResult]) -> list[Point]:
+def _points(subject: Subject, runs: list[RunResult], speedups: list[float] | None) -> list[Point]:
     points = []
     done = [r for r in runs if r.status == "completed"]
     for metric in METRICS:
-        if metric == "failed_runs":
+        if metric == "paired_speedup_vs_fp32":
+            if not speedups:
+                continue
+            values, value = speedups, statistics.median(speedups)
+        elif metric == "failed_runs":
             values, value = [], float(sum(r.status == "failed" for r in runs))
         elif metric == "scaler_skips":
             values = [float(len(r.skipped_steps)) for r in done if r.skipped_steps is not None]
@@ -169,6 +177,7 @@ def read_night(folder: str | Path, machine: str | None = None) -> Night:
     if not night.created_at:
         raise UserError(f"{rd.plan_file}: no created_at: the night's date is unknown")
     night.created_at = _utc_iso(night.created_at, rd.plan_file)
+    speedups = paired_speedups(results.runs)
     for subject, runs in sorted(group_runs(results.runs).items()):
-        night.points += _points(subject, runs)
+        night.points += _points(subject, runs, speedups.get(subject))
     return night

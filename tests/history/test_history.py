@@ -73,6 +73,41 @@ def test_a_planted_5_percent_throughput_drop_is_found_at_its_night(tmp_path):
     assert first_fail is not None and first_fail <= 32, first_fail  # seen within 3 nights of the drop
 
 
+def test_a_bf16_only_slowdown_is_found_by_the_paired_speedup_under_machine_noise(tmp_path):
+    """A runner whose load moves each night's throughput by 10% (both precisions alike, as
+    interleaved runs of a seed see it), and from night 30 bf16 alone 5% slower: the
+    absolute series cannot tell that from the noise; the in-night speedup, paired by
+    seed, sees it within 3 nights. The first 30 nights alone raise no alarm."""
+    rng = np.random.default_rng(7)
+    store = str(tmp_path / "h.sqlite")
+    folders = []
+    for night in range(33):
+        machine = 1 + 0.10 * rng.standard_normal()  # the night's load: both precisions alike
+        runs = []
+        for spec in SPECS:
+            slow = 0.95 if spec.precision == "bf16" and night >= 30 else 1.0
+            gain = 1.3 if spec.precision == "bf16" else 1.0
+            speed = 5000 * machine * gain * slow * (1 + 0.005 * rng.standard_normal())
+            runs.append(completed(spec, final_metric=0.95, samples_per_s=speed))
+        folder = write_results(tmp_path / f"night-{night:02d}", runs, suite="nightly")
+        data = json.loads((folder / "plan.json").read_text())
+        data |= {"created_at": f"2026-10-{1 + night // 24:02d}T{night % 24:02d}:00:00+00:00",
+                 "environment": {"hostname": "noisy-runner", "cpu": {"model": "Test CPU"}}}
+        (folder / "plan.json").write_text(json.dumps(data))
+        folders.append(folder)
+    session.history_add(folders[:20], store=store)
+    for folder in folders[20:30]:  # noise only: nothing flagged
+        assert session.gate_history(folder, store=store).status == "PASS"
+        session.history_add([folder], store=store)
+    flagged = []
+    for folder in folders[30:]:
+        rows = session.gate_history(folder, store=store).rows
+        flagged += [(r.metric, r.subject) for r in rows if r.status == "REGRESSION"]
+        session.history_add([folder], store=store)
+    assert ("paired_speedup_vs_fp32", "digits/torch/native/bf16") in flagged, flagged
+    assert not [f for f in flagged if f[1].endswith("/fp32")]  # fp32 did not change
+
+
 def test_a_history_of_pure_noise_passes_the_gate(tmp_path):
     store = str(tmp_path / "h.sqlite")
     folders = history(tmp_path, [1.0] * 40, seed=1)

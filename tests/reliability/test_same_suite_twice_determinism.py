@@ -42,6 +42,10 @@ TIMING_AND_TELEMETRY_FIELDS = [
     "runs[*].step_time.p90_ms", "runs[*].step_time.p99_ms", "runs[*].step_time.min_ms",
     "runs[*].step_time.max_ms", "runs[*].step_times_ms[*]",
     "table[*].samples_per_s", "table[*].step_samples_per_s", "table[*].speedup_vs_fp32", "table[*].mfu",
+    "table[*].paired_speedup_vs_fp32",
+    # each run's steady state, read from its step times (where its warm-up ends moves with them too)
+    "steady_state.*.samples_per_s", "steady_state.*.ci", "steady_state.*.ci[*]", "steady_state.*.cv",
+    "steady_state.*.warmup_steps", "steady_state.*.steps", "steady_state.*.reached",
     # memory high-water marks (RSS)
     "runs[*].peak_memory.value", "table[*].peak_memory_bytes",
     # the telemetry sampler: its timing, and the load, memory and power it sampled
