@@ -173,7 +173,15 @@ class RayExecutor:
         return list(self.events.get_nowait_batch(size)) if size else []
 
     def cancel(self) -> None:
-        for ref in list(self.refs):
+        # A task that is returning right now is left to return, not force-cancelled: Ray's
+        # core aborts the driver when a force-cancel crosses the task's reply ("Tried to
+        # complete task that was not pending", seen in CI when SIGTERM came just as a run
+        # finished). Half a second lets such replies land; what is still running then is
+        # cancelled, and its worker killed.
+        running = list(self.refs)
+        if running:
+            _, running = self.ray.wait(running, num_returns=len(running), timeout=0.5)
+        for ref in running:
             try:
                 self.ray.cancel(ref, force=True)
             except Exception:  # noqa: BLE001 - already finished or gone: nothing to stop
