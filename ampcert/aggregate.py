@@ -15,10 +15,11 @@ import statistics
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert.results import RunResult
-from ampcert.steady_state import SteadyState, steady_state
+from ampcert.steady_state import SteadyState, steady_state, steady_steps
 from ampcert.vocabulary import Subject
 
 #: what a table row and a certificate subject speak about (the name from before there was :class:`Subject`)
@@ -167,8 +168,10 @@ def steady(r: RunResult) -> SteadyState | None:
 def run_value(r: RunResult, name: str) -> float | None:
     """Run ``r``'s figure ``name`` (a key of :data:`FIGURES`); None where the run has none."""
     if name == "step_samples_per_s":
-        found = steady(r)
-        return found.samples_per_s if found else None
+        # the median of steady_state(), without its bootstrap interval: every view reads this
+        # figure, often several times a run, and only the report shows the interval
+        steps = steady_steps(step_throughputs(r))
+        return float(np.median(steps)) if len(steps) else None
     if name == "peak_memory_bytes":
         value = r.peak_memory.value if r.peak_memory else None
     elif name == "energy_j_per_sample":
@@ -277,8 +280,7 @@ def aggregate(runs: Iterable[RunResult]) -> list[Aggregate]:
         base = speeds.get(reference_key(row.key))
         if base and row.samples_per_s:
             row.speedup_vs_fp32 = row.samples_per_s / base
+    by_key = {row.key: row for row in rows}
     for key, ratios in paired_speedups(runs).items():
-        for row in rows:
-            if row.key == key:
-                row.paired_speedup_vs_fp32 = statistics.median(ratios)
+        by_key[key].paired_speedup_vs_fp32 = statistics.median(ratios)
     return rows
