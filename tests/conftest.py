@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -71,9 +72,27 @@ def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+# Each test file's seconds in a CI run (its tests' setup, call and teardown summed; files under
+# 5 s left out). Refresh after a change of weight, from a run's JUnit XML:
+#   pytest -n 2 --dist loadfile -m 'not serial' --junitxml=ci.xml && python tests/file_seconds.py ci.xml
+FILE_SECONDS = TESTS / "file_seconds.json"
+
+
+def pytest_configure(config):
+    # `--dist loadfile` hands whole files to the workers in the order the queue holds them,
+    # which xdist sorts by test count: the files of a few long tests (the wheel's, the own-job
+    # suite's: minutes each) came last, and one worker ran them alone while the other had
+    # nothing left. The queue keeps the collection order instead, longest first (below).
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config, items):
-    """`gpu` tests run where CUDA is (nox -s gpu), `browser` tests where Chromium
-    is installed (nox -s browser); elsewhere they are skipped, visibly."""
+    """Files longest first (FILE_SECONDS; a stable sort, so each file's tests stay
+    together and in order). `gpu` tests run where CUDA is (nox -s gpu), `browser` tests
+    where Chromium is installed (nox -s browser); elsewhere they are skipped, visibly."""
+    seconds = json.loads(FILE_SECONDS.read_text())
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::", 1)[0], 0))
     try:
         import torch
     except ImportError:  # a torch-free JAX environment (nox -s jax_current): no CUDA through torch

@@ -47,6 +47,8 @@ _PRELOAD = {
     "torch": [*_HARNESS, "ampcert.backends.torch_backend", "ampcert.workloads.torch_models", "torch._inductor"],
     "jax": [*_HARNESS, "ampcert.backends.jax_backend"],
 }
+# Last, after every backend's modules: freezes what they built (see the module).
+_PRELOAD_DONE = "ampcert.runner.preload_done"
 # The process context workers start from: one per process, because the
 # forkserver is one per process and preloads once (see _mp_context).
 _context: Any = None
@@ -65,8 +67,8 @@ def _mp_context(backends: AbstractSet[str]):
         _context = mp.get_context(method)
         if method == "forkserver":
             _context.set_forkserver_preload(
-                list(dict.fromkeys(m for b in sorted(backends) if missing_framework(b) is None
-                                   for m in _PRELOAD[b])))
+                [*dict.fromkeys(m for b in sorted(backends) if missing_framework(b) is None
+                                for m in _PRELOAD[b]), _PRELOAD_DONE])
     return _context
 
 
