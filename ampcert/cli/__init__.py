@@ -17,6 +17,7 @@ in this module.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import signal
 import sys
@@ -545,16 +546,18 @@ def plan_cmd(
 # --------------------------------------------------------------------------- errors
 
 def main() -> None:
+    # At exit the interpreter collects every object torch, pandas and matplotlib made:
+    # seconds of CPU after the last line, for memory the process is about to give back.
+    # Frozen objects are skipped; atexit handlers and finalizers still run. (At exit, not
+    # here: a caller that runs main() in its own process keeps its collector.)
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
     out = Output.make()  # this invocation's consoles; the commands set its JSON options
     # The one signal policy over the whole invocation, parsing and printing included; once
     # the exit code is known, a signal ends the process at once with the same one line.
     with session.interruptible():
         code = _invoke(out)
         session.closing()
-    # The interpreter's exit would collect every object torch, pandas and matplotlib made:
-    # seconds of CPU after the last line, for memory the process is about to give back.
-    # Frozen objects are skipped (atexit handlers and finalizers still run).
-    gc.freeze()
     sys.exit(code)
 
 
