@@ -20,7 +20,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import assert_one_line_error, cli_env, run_cli, snapshot
+from conftest import assert_one_line_error, cli_env, snapshot
+from factories import warm_cli as run_cli  # `ampcert ARGS` in a process of its own, forked warm
 from pydantic import ValidationError
 
 from ampcert.errors import UserError

@@ -16,6 +16,7 @@ import time
 
 import pytest
 from conftest import REPO, cli_env
+from factories import warm_cli
 
 from ampcert.results import FailureKind, ResultsDir, load
 
@@ -56,13 +57,10 @@ def memory_run(tmp_path_factory):
         deadline = time.monotonic() + 300
         while not list(out.glob("runs/gate-*/run.mllog")) and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        procs = {name: subprocess.Popen([sys.executable, "-m", "ampcert",
-                                         *[{"OUT": str(out), "SUITE": str(suite)}.get(a, a) for a in args]],
-                                        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for name, args in BUSY.items()}
-        for name, proc in procs.items():
-            stdout, stderr = proc.communicate(timeout=300)
-            busy[name] = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+        # each refused at once (never waiting for the lock): one after another, forked warm
+        for name, args in BUSY.items():
+            busy[name] = warm_cli(*[{"OUT": str(out), "SUITE": str(suite)}.get(a, a) for a in args],
+                                  env={"AMPCERT_TEST_GATE": str(gate)}, timeout=300)
         still_running = first.poll() is None
     finally:
         gate.touch()
@@ -125,16 +123,12 @@ def test_corrupted_plan_verdicts_and_report_are_one_line_exit_2(memory_run, tmp_
         "report": ("report.json", '{"schema_version": 1}', ["sign", "DIR", "--key", str(key)],
                    "report.json: not an ampcert report"),
     }
-    procs = {}
     for name, (file, text, command, _) in cases.items():
         folder = tmp_path / name
         shutil.copytree(memory_run[0], folder)
         (folder / file).write_text(text)
-        args = [str(folder) if a == "DIR" else a for a in command]
-        procs[name] = subprocess.Popen([sys.executable, "-m", "ampcert", *args], cwd=REPO, env=cli_env(),
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for name, proc in procs.items():
-        out, err = proc.communicate(timeout=300)
+        proc = warm_cli(*[str(folder) if a == "DIR" else a for a in command], timeout=300)
+        out, err = proc.stdout, proc.stderr
         assert proc.returncode == 2, (name, out, err)
         lines = err.strip().splitlines()
         assert len(lines) == 1 and cases[name][3] in lines[0] and "Traceback" not in out + err, (name, err)

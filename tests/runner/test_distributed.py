@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, cli_env, run_cli
+from conftest import REPO, cli_env
+from factories import warm_cli
 
 from ampcert.errors import UserError
 from ampcert.report.sign import keygen
@@ -90,7 +91,7 @@ def test_suite_launcher_fields_expand_per_entry():
 def test_bad_launcher_settings_are_one_line_errors(write_suite, fields, expected):
     lines = "".join(f"{k}: {json.dumps(v)}\n" for k, v in fields.items())
     suite = write_suite("name: bad\n" + lines + "workloads:\n  - workload: digits\n")
-    proc = run_cli("run", suite, "--dry-run")
+    proc = warm_cli("run", suite, "--dry-run")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert expected in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
@@ -197,10 +198,10 @@ def test_two_gloo_ranks_match_the_single_process_run_and_fail_like_workers(tmp_p
     assert sorted(p.name for p in run_dir.iterdir()) == ["launcher.log", "result.json", "run.mllog", "telemetry.csv"]
     mllog = (run_dir / "run.mllog").read_text()
     assert mllog.count('"run_start"') == mllog.count('"run_stop"') == 1 and mllog.count('"eval_accuracy"') == 3
-    assert run_cli("check", run_dir / "run.mllog").returncode == 0
+    assert _invoke("check", run_dir / "run.mllog")[0] == 0
     # MLPerf's common rules too; the comm precision is the dtype DDP's gradient
     # all-reduce buckets carried (a comm hook saw them), the micro batch a rank's.
-    assert run_cli("check", "--mlperf", run_dir / "run.mllog").returncode == 0
+    assert _invoke("check", "--mlperf", run_dir / "run.mllog")[0] == 0
     assert '"key": "micro_batch_size", "value": 32' in mllog
     lowest = ddp.lowest_precision
     assert lowest is not None and (lowest.linear, lowest.attn, lowest.comm) == ("fp32", "fp32", "fp32")
@@ -266,7 +267,7 @@ def test_three_shards_merge_into_the_unsharded_results(tmp_path, write_suite, mo
         assert len(load(d).runs) == 1 and not (d / "verdicts.json").exists()  # certified once merged
 
     merged = tmp_path / "merged"
-    proc = run_cli("merge", merged, *shards)  # the real command line, from here on
+    proc = warm_cli("merge", merged, *shards)  # the real command line (a process of its own), from here on
     assert proc.returncode == 0, proc.stdout + proc.stderr
     full_rs, merged_rs = load(full), load(merged)
     assert [r.run_id for r in merged_rs.plan] == [r.run_id for r in full_rs.plan]
@@ -277,9 +278,9 @@ def test_three_shards_merge_into_the_unsharded_results(tmp_path, write_suite, mo
     assert plan.shard is None and [m["shard"]["index"] for m in (plan.model_extra or {})["merged_from"]] == [1, 2, 3]
     assert (merged / "report.json").exists() and (merged / "report.html").exists()
     # the merged folder is an ordinary results folder: certify (re-renders the report) and sign
-    assert run_cli("certify", merged).returncode == 0
+    assert warm_cli("certify", merged).returncode == 0
     keygen(tmp_path / "k.key")
-    signed = run_cli("sign", merged, "--key", tmp_path / "k.key")
+    signed = warm_cli("sign", merged, "--key", tmp_path / "k.key")
     assert signed.returncode == 0 and (merged / "report.dsse.json").exists(), signed.stderr
 
 
@@ -298,7 +299,7 @@ def _planned(folder: Path, suite: Path) -> list[RunSpec]:
 
 def test_bad_shard_and_merge_input_is_one_line_exit_2(tmp_path, write_suite):
     suite = write_suite(SHARDED.replace("certify: rules.yaml\n", ""))
-    proc = run_cli("run", suite, "--shard", "4/3", "--out", tmp_path / "never")
+    proc = warm_cli("run", suite, "--shard", "4/3", "--out", tmp_path / "never")
     assert proc.returncode == 2 and "--shard 4/3: there is no shard 4 of 3" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "never").exists()
     for bad, expected in (("0/2", "there is no shard 0 of 2"), ("1-3", "expected i/n"), ("2/0", "no shard 2 of 0")):
@@ -309,7 +310,7 @@ def test_bad_shard_and_merge_input_is_one_line_exit_2(tmp_path, write_suite):
     runs = _planned(a, suite)
     _planned(b, write_suite(SHARDED.replace("certify: rules.yaml\n", "").replace("seeds: [0, 1]", "seeds: [2]"),
                             "other.yaml"))
-    proc = run_cli("merge", tmp_path / "m", a, b)
+    proc = warm_cli("merge", tmp_path / "m", a, b)
     assert proc.returncode == 2 and "planned from a different suite" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "m").exists()
 

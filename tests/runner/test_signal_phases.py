@@ -10,6 +10,10 @@ Phases: planning (the device probe), running (the first worker started),
 finishing (the report being rendered, after every run has its result),
 signing (the envelope being written, by ``run --sign-key`` and by ``sign``),
 and printing (the CLI printing what the session returned, and the teardown after it).
+
+Only the signalled invocations start cold (the wrapper must be their interpreter); the
+`--resume`s that finish a folder afterwards run through the warm CLI (tests/factories.py),
+and the signing key is made in this process.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from pathlib import Path
 
 import pytest
 from conftest import cli_env
+from factories import warm_cli
 
+from ampcert.report.sign import keygen
 from ampcert.results import ResultsDir
 
 SIGNAL_AT = textwrap.dedent("""\
@@ -124,8 +130,7 @@ def test_running_then_resume_redoes_only_the_interrupted_run(tmp_path, suite, ho
     rd = ResultsDir(out)
     assert len(rd.read_plan().runs) == 2 and no_temp_files(out)
     assert all(rd.read_result(r.run_id) is None for r in rd.read_plan().runs)  # the first run was stopped
-    resumed = subprocess.run([sys.executable, "-m", "ampcert", "run", "--resume", out], cwd=tmp_path,
-                             env=cli_env(), capture_output=True, text=True, timeout=300)
+    resumed = warm_cli("run", "--resume", out, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert (out / "report.json").exists()
 
@@ -139,8 +144,7 @@ def test_finishing_keeps_every_result(tmp_path, suite, how):
     runs = rd.read_plan().runs
     stored = {r.run_id: rd.result_file(r.run_id).read_bytes() for r in runs}
     assert all(rd.read_result(r.run_id) is not None for r in runs) and no_temp_files(out)
-    resumed = subprocess.run([sys.executable, "-m", "ampcert", "run", "--resume", out], cwd=tmp_path,
-                             env=cli_env(), capture_output=True, text=True, timeout=300)
+    resumed = warm_cli("run", "--resume", out, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert {r.run_id: rd.result_file(r.run_id).read_bytes() for r in runs} == stored  # nothing redone
     assert (out / "report.json").exists() and (out / "report.html").exists()
@@ -148,9 +152,7 @@ def test_finishing_keeps_every_result(tmp_path, suite, how):
 
 @pytest.mark.parametrize("how", ["group-sigint"])
 def test_signing(tmp_path, suite, how):
-    key = tmp_path / "k.key"
-    assert subprocess.run([sys.executable, "-m", "ampcert", "keygen", key], env=cli_env(), cwd=tmp_path,
-                          capture_output=True).returncode == 0
+    key, _ = keygen(tmp_path / "k.key")
     proc = signalled_cli(tmp_path, "ampcert.report.sign:sign_results", how,
                          "run", suite, "--out", "out", "--sign-key", key)
     out = tmp_path / "out"

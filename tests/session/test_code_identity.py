@@ -5,16 +5,23 @@
   with a file plan.json names;
 - shipped files are recorded as ``ampcert:<path>`` with their digest, never by the absolute
   path of one installation.
+
+The commands run in this process (``ampcert``: the CLI's entry point, its exit code and
+streams): what is under test is what a folder records and is held to, not how a process
+starts, and each cold `ampcert run` would import torch twice (the CLI and its forkserver).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
-from conftest import assert_one_line_error, run_cli
+import pytest
+from conftest import assert_one_line_error
 
 import ampcert
 from ampcert.results import ResultsDir
@@ -51,6 +58,27 @@ rules:
 """
 
 
+@pytest.fixture
+def run_cli(monkeypatch, capsys):
+    """``ampcert ARGS`` through the entry point in this process (``cli.main``, so errors are
+    the one line a user sees), in the folder ``cwd``: as conftest.run_cli's CompletedProcess."""
+    from ampcert.cli import main
+
+    def run(*args: object, cwd: Path) -> subprocess.CompletedProcess:
+        with monkeypatch.context() as m:
+            m.chdir(cwd)
+            m.setattr(sys, "argv", ["ampcert", *map(str, args)])
+            capsys.readouterr()
+            with pytest.raises(SystemExit) as exit_:
+                main()
+            out, err = capsys.readouterr()
+        code = exit_.value.code
+        return subprocess.CompletedProcess(["ampcert", *map(str, args)], code if isinstance(code, int) else 1,
+                                           out, err)
+
+    return run
+
+
 def _suite(folder: Path, *, certify: str = "rules/team.yaml") -> Path:
     (folder / "job.py").write_text(JOB)
     (folder / "rules").mkdir(exist_ok=True)
@@ -69,7 +97,7 @@ def _suite(folder: Path, *, certify: str = "rules/team.yaml") -> Path:
     return path
 
 
-def test_resume_certifies_with_the_suites_own_pack_never_one_plan_json_names(tmp_path):
+def test_resume_certifies_with_the_suites_own_pack_never_one_plan_json_names(tmp_path, run_cli):
     out = tmp_path / "out"
     assert run_cli("run", _suite(tmp_path), "--out", out, "--shard", "1/2", cwd=tmp_path).returncode == 0
     rd = ResultsDir(out)
@@ -92,14 +120,14 @@ def test_resume_certifies_with_the_suites_own_pack_never_one_plan_json_names(tmp
     assert verdicts["rules"]["name"] == "team-pack" and verdicts["rules"]["sha256"] == plan["certify_sha256"]
 
 
-def test_resume_refuses_a_pack_changed_since_planning(tmp_path):
+def test_resume_refuses_a_pack_changed_since_planning(tmp_path, run_cli):
     out = tmp_path / "out"
     assert run_cli("run", _suite(tmp_path), "--out", out, "--shard", "1/2", cwd=tmp_path).returncode == 0
     (out / "rules.yaml").write_text(RULES.replace("0.02", "0.5"))
     assert_one_line_error(run_cli("run", "--resume", out, cwd=tmp_path), "changed since the folder was planned")
 
 
-def test_merge_refuses_shards_that_ran_other_code(tmp_path):
+def test_merge_refuses_shards_that_ran_other_code(tmp_path, run_cli):
     suite = _suite(tmp_path)
     a, b = tmp_path / "a", tmp_path / "b"
     for folder, shard in ((a, "1/2"), (b, "2/2")):
@@ -112,7 +140,7 @@ def test_merge_refuses_shards_that_ran_other_code(tmp_path):
     assert not (tmp_path / "m").exists()
 
 
-def test_shipped_files_are_named_by_package_path_never_by_install_path(tmp_path):
+def test_shipped_files_are_named_by_package_path_never_by_install_path(tmp_path, run_cli):
     suite = tmp_path / "suite.yaml"
     suite.write_text(textwrap.dedent("""\
         name: labels

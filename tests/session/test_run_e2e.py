@@ -8,7 +8,7 @@ import os
 import shutil
 
 import pytest
-from conftest import run_cli, snapshot
+from conftest import snapshot
 from factories import warm_cli
 
 from ampcert import mllog
@@ -32,7 +32,7 @@ def tiny(tmp_path_factory):
     suite = folder / "suite.yaml"
     suite.write_text(TINY)
     out = folder / "out"
-    proc = run_cli("run", suite, "--out", out)
+    proc = warm_cli("run", suite, "--out", out)
     return suite, out, proc
 
 
@@ -85,7 +85,7 @@ workloads:
     precisions: [fp16]
     train: {steps: 10, eval_every: 5}
   - workload: "fault_workloads:hang"
-    timeout_s: 10
+    timeout_s: 3
   - workload: "fault_workloads:killed"
   - workload: "fault_workloads:badbuilder"
 """
@@ -93,7 +93,7 @@ workloads:
 
 def test_failures_are_isolated_and_explained(tmp_path, write_suite):
     out = tmp_path / "out"
-    proc = run_cli("run", write_suite(FAULTS), "--out", out)
+    proc = warm_cli("run", write_suite(FAULTS), "--out", out)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # some runs failed; the suite finished
     assert "Traceback" not in proc.stdout + proc.stderr
     by_label = {r.spec.label: r for r in load(out).runs}
@@ -102,7 +102,7 @@ def test_failures_are_isolated_and_explained(tmp_path, write_suite):
     assert reasons["raising"] == "ValueError: injected failure at step 7"
     assert reasons["nan"] == "non-finite loss at step 5 (fp32, no loss scaling)"
     assert "non-finite for all 5 steps up to step 10 despite loss scaling" in reasons["nan-scaled"]
-    assert reasons["hang"] == "timeout: run exceeded 10 s and was killed"
+    assert reasons["hang"] == "timeout: run exceeded 3 s and was killed"
     assert reasons["killed"].startswith("worker killed by SIGKILL")
     assert reasons["badbuilder"] == "RuntimeError: the user's builder is broken"
     rd = ResultsDir(out)
