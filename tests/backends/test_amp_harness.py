@@ -5,7 +5,8 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO
+from factories import warm_cli  # the CLI forked warm: 2-3 s less a command than a cold start
 
 from ampcert.errors import UserError
 from ampcert.spec import expand, load_suite
@@ -52,7 +53,7 @@ def test_policy_is_found_beside_the_suite_and_hashed_into_run_ids(tmp_path, writ
 )
 def test_bad_policy_in_a_suite_is_one_line_exit_2(tmp_path, write_suite, policy_text, fragment):
     (tmp_path / "bad.yaml").write_text(policy_text)
-    proc = run_cli("run", _suite(write_suite, "policy: bad.yaml"), "--dry-run")
+    proc = warm_cli("run", _suite(write_suite, "policy: bad.yaml"), "--dry-run")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("ampcert: error: ") and "suite.yaml: policy: " in line
@@ -65,14 +66,14 @@ def test_policy_needs_amp_ampcert(write_suite):
 
 
 def test_audit_command_agrees_on_the_shipped_cpu_policy():
-    proc = run_cli("audit", "--backend", "torch", "--device", "cpu")
+    proc = warm_cli("audit", "--backend", "torch", "--device", "cpu")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     total = sum(1 for line in proc.stdout.splitlines() if line.split()[2:3] in (["yes"], ["NO"]))
     assert total > 100 and f"{total}/{total} ops agree with native torch.autocast" in proc.stdout
 
 
 def test_audit_lists_a_user_policys_intended_differences():
-    proc = run_cli("audit", "--device", "cpu", "--policy", EXAMPLE)
+    proc = warm_cli("audit", "--device", "cpu", "--policy", EXAMPLE)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "differ from native torch.autocast, as this policy chooses: layer_norm" in proc.stdout
 
@@ -80,7 +81,7 @@ def test_audit_lists_a_user_policys_intended_differences():
 def test_audit_bad_input():
     for args, fragment in [(["--device", "tpu"], "--device"), (["--backend", "mxnet"], "--backend"),
                            (["--policy", "nope"], "nope"), (["--device", "cuda"], "cuda")]:
-        proc = run_cli("audit", *args)
+        proc = warm_cli("audit", *args)
         if args[1] == "cuda" and proc.returncode != 2:
             pytest.skip("a CUDA device is present")
         assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import assert_one_line_error, run_cli, snapshot
-from factories import completed, plan
+from conftest import assert_one_line_error, snapshot
+from factories import completed, plan, warm_cli  # warm_cli: 2-3 s less a command than cold
 
 from ampcert.certify.mlperf import check_system_description
 from ampcert.report.mlperf_export import NOT_RECORDED, system_description, system_id
@@ -39,7 +39,7 @@ def results(tmp_path_factory) -> Path:
     and one fp16 run built to overflow: it fails before its first evaluation."""
     folder = tmp_path_factory.mktemp("export")
     (folder / "export.yaml").write_text(SUITE)
-    proc = run_cli("run", folder / "export.yaml", "--out", folder / "res", timeout=600)
+    proc = warm_cli("run", folder / "export.yaml", "--out", folder / "res", timeout=600)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # 1: the overflow run fails, by design
     return folder / "res"
 
@@ -47,7 +47,7 @@ def results(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def exported(results, tmp_path_factory) -> tuple[Path, dict, str]:
     out = tmp_path_factory.mktemp("pkg") / "pkg"
-    proc = run_cli("export", "mlperf", results, out, "--json")
+    proc = warm_cli("export", "mlperf", results, out, "--json")
     return out, json.loads(proc.stdout), str(proc.returncode)
 
 
@@ -133,12 +133,12 @@ def test_mlperfs_package_checker_accepts_the_package_and_can_reject_it(exported,
 def test_exporting_again_changes_nothing_and_a_clash_is_one_line(results, exported):
     out, _, _ = exported
     before = snapshot(out)
-    assert run_cli("export", "mlperf", results, out).returncode == 1  # same files, same verdicts
+    assert warm_cli("export", "mlperf", results, out).returncode == 1  # same files, same verdicts
     assert snapshot(out) == before
     victim = next(out.rglob("result_1.txt"))
     victim.write_text("edited by hand\n")
     before = snapshot(out)
-    assert_one_line_error(run_cli("export", "mlperf", results, out), "already exists with other content")
+    assert_one_line_error(warm_cli("export", "mlperf", results, out), "already exists with other content")
     assert snapshot(out) == before
 
 
@@ -148,7 +148,7 @@ def test_bad_input_is_one_line(results, tmp_path, make):
             "not_results": (tmp_path, tmp_path / "o"),
             "file_out": (results, results / "plan.json")}[make]
     before = snapshot(results)
-    assert_one_line_error(run_cli("export", "mlperf", *args))
+    assert_one_line_error(warm_cli("export", "mlperf", *args))
     assert snapshot(results) == before
 
 

@@ -17,16 +17,19 @@ pytest.importorskip("torch")
 SHIPPED = REPO / "suites" / "fp8.yaml"
 # The shipped suite trains 16 runs (4 precisions x 3 seeds, plus a repeat of seed 0 each) for
 # 20 steps: ~100 s of CPU, most of it FP8's emulated matmuls. In CI the same file runs with a
-# 4-step budget (FP8 recorded at steps 1, 2 and 4; one eval), everything else as shipped:
-# every assertion below still checks real runs, since the run matrix, the parity pairs, the
-# repeats and the layer map do not depend on the budget (parity itself is left to chance by
-# either budget). Fewer seeds is no option: the fp8 pack's parity rules need three, and the
-# planner adds them whatever the suite lists. The shipped file itself is planned in
+# 3-step budget (FP8 recorded at steps 1 and 3, not at 2: record_every at work; one eval) on
+# 20 kB of the same corpus, evaluated on 4 windows (the model, and so the layer map, is the
+# shipped one), everything else as shipped: every assertion below still checks real runs,
+# since the run matrix, the parity pairs, the repeats and the layer map depend on neither the
+# budget nor the data's size (parity itself is left to chance by either budget). Fewer seeds
+# is no option: the fp8 pack's parity rules need three, and the planner adds them whatever
+# the suite lists. The shipped file itself is planned in
 # test_the_shipped_file_plans_..., and trained as shipped under AMPCERT_TEST_SHIPPED_FP8=1
 # (`nox -s slow`). Commands run through factories.warm_cli: the same CLI, forked from a
 # server that has already imported the heavy libraries (2-3 s less a command than cold).
 AS_SHIPPED = os.environ.get("AMPCERT_TEST_SHIPPED_FP8") == "1"
-RECORDED = [1, 10, 20] if AS_SHIPPED else [1, 2, 4]
+SMALL_DATA = {"max_bytes": 20000, "eval_windows": 4}
+RECORDED = [1, 10, 20] if AS_SHIPPED else [1, 3]
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +39,9 @@ def fp8_suite(tmp_path_factory):
     if not AS_SHIPPED:
         data = yaml.safe_load(SHIPPED.read_text())
         (entry,) = data["workloads"]
-        entry["train"] = {"steps": 4, "eval_every": 4}
-        data["fp8"]["record_every"] = 2
+        entry["train"] = {"steps": 3, "eval_every": 3}
+        entry["params"] |= SMALL_DATA
+        data["fp8"]["record_every"] = 3
         suite = root / "fp8.yaml"
         suite.write_text(yaml.safe_dump(data, sort_keys=False))
     out = root / "results"
@@ -99,8 +103,8 @@ def test_native_amp_trains_torchaos_fp8_layers(write_suite, tmp_path):
         fp8: {recipe: rowwise}
         workloads:
           - workload: gpt
-            params: {size: tiny}
-            train: {steps: 4, eval_every: 4}
+            params: {size: tiny, max_bytes: 20000, eval_windows: 4}
+            train: {steps: 2, eval_every: 2}
     """)
     proc = warm_cli("run", suite, "--out", tmp_path / "out")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -169,7 +173,8 @@ def test_mxfp8_with_a_layer_off_the_block_is_named_before_any_run(write_suite, t
 
 
 def test_screen_prints_the_map_and_refuses_bad_input():
-    proc = warm_cli("screen", "gpt", "--params", "{size: tiny}", "--steps", "2", "--recipe", "rowwise", "--json")
+    proc = warm_cli("screen", "gpt", "--params", "{size: tiny, max_bytes: 20000}", "--steps", "2", "--recipe", "rowwise",
+                    "--json")
     assert proc.returncode == 0, proc.stderr
     screen = json.loads(proc.stdout)
     assert screen["recipe"] == "rowwise" and screen["steps"] == 2
