@@ -294,9 +294,11 @@ def certified_own_jobs(tmp_path_factory) -> Path:
 
 # --------------------------------------------------------------------------- the CLI, warm
 
-# A server that has imported what the commands import that takes seconds (not ampcert
-# itself, not torch or JAX; not rich or typer, which read the terminal's settings from
-# the environment). Each connection brings a command line, a working folder, an
+# A server that has imported what the commands import that takes seconds: torch too, where
+# it is installed (a run, a dry run's capability probe, an audit import it: about 2 s a
+# command; its import starts no thread, so the fork is safe), but not ampcert itself, not
+# JAX (which reads JAX_PLATFORMS on import), not rich or typer (which read the terminal's
+# settings from the environment). Each connection brings a command line, a working folder, an
 # environment and the three standard streams (file descriptors, SCM_RIGHTS); the server
 # forks, and the child runs `ampcert ARGS` on those streams, then sends back its pid and
 # its exit code.
@@ -307,6 +309,10 @@ import matplotlib
 matplotlib.use("svg")
 import matplotlib.pyplot  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: E402
+try:
+    import torch  # noqa: F401
+except ImportError:  # a torch-free JAX environment (nox -s jax_current)
+    pass
 
 listener = socket.socket(socket.AF_UNIX)
 listener.bind(sys.argv[1])
