@@ -51,6 +51,21 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) ->
         assert fragment in lines[0], lines[0]
 
 
+@pytest.fixture(autouse=True)
+def _deterministic_algorithms_restored():
+    """A test that trains in its own process leaves torch as it found it: torch_backend.train
+    turns deterministic algorithms on for the process (a worker's whole life), and an op
+    without a deterministic kernel then raises in whatever test the process runs next."""
+    torch = sys.modules.get("torch")
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+              ) if torch else (False, False)
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None and (torch.are_deterministic_algorithms_enabled(),
+                              torch.is_deterministic_algorithms_warn_only_enabled()) != before:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
 @pytest.fixture
 def write_suite(tmp_path):
     def write(text: str, name: str = "suite.yaml") -> Path:

@@ -72,7 +72,7 @@ def official_mllog(tmp_path):
     logger = logging.getLogger("ampcert-test-mllog-reader")
     logger.propagate, logger.handlers = False, []
     logger.setLevel(logging.INFO)
-    official.config(logger=logger, filename=str(path))
+    official.config(logger=logger, filename=str(path), default_namespace="")  # whatever a test before set
     try:
         yield shared, path
     finally:

@@ -154,14 +154,18 @@ def test_our_lines_are_mllogs_lines(tmp_path):
     logger.setLevel(logging.INFO)
     handler = logging.FileHandler(theirs_path)
     logger.addHandler(handler)
+    theirs = official.get_mllogger()  # the process's shared logger: configured here, restored below
+    saved = theirs.logger, theirs.default_namespace
     official.config(logger=logger, default_namespace="ns")
-    theirs = official.get_mllogger()
     ours = mllog.MLLogger.open(tmp_path / "ours.log", namespace="ns")
-    for kind, key, value, meta in events:
-        getattr(theirs, kind)(key=key, value=value, metadata=meta)
-        getattr(ours, kind)(key, value, meta)
-    handler.close()
-    ours.close()
+    try:
+        for kind, key, value, meta in events:
+            getattr(theirs, kind)(key=key, value=value, metadata=meta)
+            getattr(ours, kind)(key, value, meta)
+    finally:
+        handler.close()
+        ours.close()
+        theirs.logger, theirs.default_namespace = saved
 
     def normal(path: Path) -> list[str]:
         out = []
