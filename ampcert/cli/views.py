@@ -306,6 +306,8 @@ def print_exported(console: Console, done) -> None:
     for path, problems in done.log_problems.items():
         for problem in problems:
             line(console, f"{path}: {problem}")
+    for path, why in done.unscored.items():
+        line(console, f"{path}: no time-to-train ({why})")
     scores = {(row.get("system_id"), b): row.get(b) for row in done.scores for b in row}
     rows = [[org, system, bench, str(n), fmt(scores.get((system, bench)))]
             for org, system, bench, n in done.benchmarks]
@@ -313,7 +315,8 @@ def print_exported(console: Console, done) -> None:
                           Col("minutes", "right")], rows,
                 title=f"MLPerf training layout in {done.out}",
                 footnotes=["minutes: MLPerf's result summarizer, the olympic average of time-to-train "
-                           "(run_start to run_stop; the fastest and slowest run dropped, so 3 runs or more)"])
+                           "(run_start to run_stop; the fastest and slowest run dropped, so 3 runs or more); "
+                           "none where a run did not reach its quality target"])
     bad = len([r for r in done.systems.values() if r]) + len(done.log_problems)
     line(console, f"{len(done.systems)} system description(s), "
                   f"{sum(n for *_, n in done.benchmarks)} result file(s) written; "

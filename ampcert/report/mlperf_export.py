@@ -140,6 +140,9 @@ class Exported:
     benchmarks: list[tuple[str, str, str, int]] = field(default_factory=list)  # org, system, benchmark, results
     log_problems: dict[str, list[str]] = field(default_factory=dict)  # result file -> common-rule violations
     scores: list[dict[str, Any]] = field(default_factory=list)  # MLPerf's summarizer rows
+    # result file -> why its run has no time-to-train (no target, or not reached: logged
+    # `aborted`); a benchmark with one such run gets no score
+    unscored: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -149,13 +152,27 @@ class Exported:
         return {"out": str(self.out), "ok": self.ok, "orgs": self.orgs, "systems": self.systems,
                 "benchmarks": [{"org": o, "system": s, "benchmark": b, "results": n}
                                for o, s, b, n in self.benchmarks],
-                "log_problems": self.log_problems, "scores": self.scores}
+                "log_problems": self.log_problems, "scores": self.scores, "unscored": self.unscored}
+
+
+def _no_time_to_train(r: RunResult) -> str | None:
+    """Why MLPerf would give ``r`` no time-to-train (its log's run_stop says ``aborted``),
+    or None for a run that reached its target."""
+    if r.status != "completed":
+        return f"the run {r.status}"
+    if r.target is None:
+        return "no quality target"
+    if not r.target_reached:
+        return f"quality target {r.target:g} not reached in {r.steps} steps"
+    return None
 
 
 def _plan(rs: ResultSet, environment: dict[str, Any], tool: str
-          ) -> dict[Path, tuple[bytes, str]]:
-    """Every file the export writes (relative path -> bytes, and where they come from)."""
+          ) -> tuple[dict[Path, tuple[bytes, str]], dict[Path, str]]:
+    """Every file the export writes (relative path -> bytes, and where they come from), and
+    the result files whose runs have no time-to-train (-> why)."""
     files: dict[Path, tuple[bytes, str]] = {}
+    unscored: dict[Path, str] = {}
     for runs in group_runs(rs.runs, skipped=False).values():
         # Seeds in order: result_0 is the lowest seed.
         runs = sorted(runs, key=lambda r: r.spec.seed)
@@ -167,14 +184,18 @@ def _plan(rs: ResultSet, environment: dict[str, Any], tool: str
             except FileNotFoundError:
                 raise UserError(f"{rs.root}: run {r.run_id} has a result but no run.mllog; "
                                 "export needs every run's log") from None
-            files[Path(org, "results", system, r.spec.label, f"result_{n}.txt")] = (log, str(source))
+            result = Path(org, "results", system, r.spec.label, f"result_{n}.txt")
+            files[result] = (log, str(source))
+            why = _no_time_to_train(r)
+            if why is not None:
+                unscored[result] = f"{r.run_id}: {why}"
             # The first run of a system describes it: its runs share plan.json's fingerprint,
             # and the system id names what else they share (platform, backend, amp, precision).
             sys_file = Path(org, "systems", f"{system}.json")
             if sys_file not in files:
                 desc = json.dumps(system_description(r, environment, tool), indent=2) + "\n"
                 files[sys_file] = (desc.encode(), "environment fingerprint")
-    return files
+    return files, unscored
 
 
 def export(rs: ResultSet, out: Path, environment: dict[str, Any], tool: str) -> Exported:
@@ -189,7 +210,7 @@ def export(rs: ResultSet, out: Path, environment: dict[str, Any], tool: str) -> 
 
     if not rs.runs:
         raise UserError(f"{rs.root}: no run results to export")
-    files = _plan(rs, environment, tool)
+    files, unscored = _plan(rs, environment, tool)
     clashes = [p for p, (data, _) in files.items() if (out / p).exists() and (out / p).read_bytes() != data]
     if clashes:
         raise UserError(f"{out / clashes[0]} already exists with other content; export into an empty folder "
@@ -215,4 +236,12 @@ def export(rs: ResultSet, out: Path, environment: dict[str, Any], tool: str) -> 
     for org in done.orgs:
         benchmarks = sorted({b for o, _, b, _ in done.benchmarks if o == org})
         done.scores += mlperf.summarize(out / org, benchmarks)
+    # MLPerf's summarizer times run_start to run_stop whatever the status says; a time-to-train
+    # exists only where every run reached the quality target, so the others' scores go.
+    done.unscored = {str(out / p): why for p, why in sorted(unscored.items())}
+    no_score = {(p.parts[2], p.parts[3]) for p in unscored}
+    for row in done.scores:
+        for system, benchmark in no_score:
+            if row.get("system_id") == system and benchmark in row:
+                row[benchmark] = None
     return done

@@ -42,12 +42,12 @@ def test_missing_run_stop_and_wrong_order_are_reported_with_lines(tmp_path):
 
 
 def test_value_checks_and_garbage_lines(tmp_path):
-    events = [e if e[0] != "run_stop" else ("run_stop", E, None, {"status": "aborted"}) for e in GOOD]
+    events = [e if e[0] != "run_stop" else ("run_stop", E, None, {"status": "crashed"}) for e in GOOD]
     events = [e if e[0] != "seed" else ("seed", P, "zero", {}) for e in events]
     path = _log(tmp_path / "c.mllog", events)
     path.write_text(path.read_text() + ":::MLLOG {not json\n")
     out = {v.rule: v for v in check_log(path, load_compliance_rules())}
-    assert "expected one of ['success'], got 'aborted'" in out["values.run_stop.metadata.status"].message
+    assert "expected one of ['success', 'aborted'], got 'crashed'" in out["values.run_stop.metadata.status"].message
     assert "expected a integer" in out["values.seed.value"].message or "integer" in out["values.seed.value"].message
     assert out["format"].line == 17
 

@@ -22,11 +22,16 @@ amp: ampcert
 device: cpu
 precisions: [fp32, bf16]
 seeds: [0, 1, 2]
-train: {steps: 4, eval_every: 2}
+train: {target: 0.5, max_steps: 100, eval_every: 5}
 unaccelerated: run
 submission: {org: Acme Labs, platform: Test Box 9000}
 workloads:
   - workload: digits
+  - workload: digits
+    id: digits-no-target
+    precisions: [fp32]
+    seeds: [0]
+    train: {steps: 4, eval_every: 2}
   - workload: overflow
     precisions: [fp16]
     seeds: [0]
@@ -35,7 +40,8 @@ workloads:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> Path:
-    """digits in fp32 and bf16 with three seeds each (MLPerf scores three or more),
+    """digits in fp32 and bf16 with three seeds each (MLPerf scores three or more), each
+    reaching its quality target (0.5 accuracy: 30-40 steps); one digits run without a target;
     and one fp16 run built to overflow: it fails before its first evaluation."""
     folder = tmp_path_factory.mktemp("export")
     (folder / "export.yaml").write_text(SUITE)
@@ -70,7 +76,7 @@ def test_the_layout_is_mlperfs_and_each_result_is_the_runs_log(results, exported
         written = org / "results" / f"test_box_9000_torch_ampcert_{spec['precision']}" / spec["label"] / f"result_{n}.txt"
         assert written.read_bytes() == (results / "runs" / run["run_id"] / "run.mllog").read_bytes()
     assert sorted((b["system"].rsplit("_", 1)[-1], b["benchmark"], b["results"]) for b in data["benchmarks"]) == [
-        ("bf16", "digits", 3), ("fp16", "overflow", 1), ("fp32", "digits", 3)]
+        ("bf16", "digits", 3), ("fp16", "overflow", 1), ("fp32", "digits", 3), ("fp32", "digits-no-target", 1)]
     desc = json.loads((org / "systems" / "test_box_9000_torch_ampcert_bf16.json").read_text())
     assert desc["submitter"] == "Acme Labs" and desc["division"] == "open"
     assert desc["status"] == "Research, Development, or Internal (RDI)"
@@ -104,6 +110,27 @@ def test_the_summarizers_scores_are_the_olympic_average_of_the_logs(exported):
         row = next(r for r in data["scores"] if r["system_id"] == folder.parent.name)
         assert row["digits"] == pytest.approx(sorted(minutes)[1])  # three runs: the middle one
         assert row["submitter"] == "Acme Labs"
+
+
+def test_a_run_without_a_target_is_logged_aborted_and_left_without_a_score(results, exported):
+    """MLPerf's success is a run that reached its quality target: a run without one (or that
+    missed it) logs run_stop `aborted` with the reason, and the export gives its benchmark
+    no time-to-train, which MLPerf's summarizer alone would (it times any run_stop)."""
+    out, data, _ = exported
+    stops = {}
+    for run in _runs(results):
+        (stop,) = [json.loads(line.split(" ", 1)[1]) for line in
+                   (results / "runs" / run["run_id"] / "run.mllog").read_text().splitlines() if '"run_stop"' in line]
+        stops[run["spec"]["label"], run["spec"]["precision"], run["spec"]["seed"]] = stop["metadata"]
+        assert (stop["metadata"]["status"] == "success") == bool(run["target_reached"]), (run["run_id"], stop)
+    assert stops["digits-no-target", "fp32", 0] == {"status": "aborted", "reason": "no quality target"}
+    assert stops["overflow", "fp16", 0]["status"] == "aborted"  # the worker's: the run failed
+    system = "test_box_9000_torch_ampcert_fp32"
+    unscored = out / f"acme_labs/results/{system}/digits-no-target/result_0.txt"
+    assert data["unscored"][str(unscored)].endswith(": no quality target")
+    assert next(r for r in data["scores"] if r["system_id"] == system)["digits-no-target"] is None
+    printed = warm_cli("export", "mlperf", results, out)  # the same files again: the table
+    assert f"{unscored}: no time-to-train (" in printed.stdout, printed.stdout
 
 
 def test_mlperfs_package_checker_accepts_the_package_and_can_reject_it(exported, tmp_path):
