@@ -67,6 +67,29 @@ def _deterministic_algorithms_restored():
 
 
 @pytest.fixture
+def cli_here(monkeypatch, capsys):
+    """``ampcert ARGS`` through the entry point (``cli.main``) in this process, in the folder
+    ``cwd``, as :func:`run_cli`'s CompletedProcess: exit code and streams as a user sees them
+    (errors are main()'s one line). For commands whose process start is not under test:
+    each cold ``ampcert run`` or dry run imports torch for its device probe."""
+    from ampcert.cli import main
+
+    def run(*args: object, cwd: Path = REPO) -> subprocess.CompletedProcess:
+        argv = ["ampcert", *map(str, args)]
+        with monkeypatch.context() as m:
+            m.chdir(cwd)
+            m.setattr(sys, "argv", argv)
+            capsys.readouterr()
+            with pytest.raises(SystemExit) as exit_:
+                main()
+            out, err = capsys.readouterr()
+        code = exit_.value.code
+        return subprocess.CompletedProcess(argv, code if isinstance(code, int) else 1, out, err)
+
+    return run
+
+
+@pytest.fixture
 def write_suite(tmp_path):
     def write(text: str, name: str = "suite.yaml") -> Path:
         path = tmp_path / name

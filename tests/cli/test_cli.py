@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 from conftest import REPO, assert_one_line_error, snapshot
@@ -128,39 +126,21 @@ def test_show_suite_prints_one_to_copy_and_run(tmp_path):
     assert dry.returncode == 0 and "suite smoke:" in dry.stdout, dry.stderr
 
 
-@pytest.fixture
-def ampcert_here(monkeypatch, capsys):
-    """``ampcert ARGS`` through the entry point in this process, in the folder ``cwd``: (exit
-    code, stdout, stderr). For dry runs, whose device probe would import torch in each process."""
-    from ampcert.cli import main
-
-    def run(*args: object, cwd: Path = REPO) -> tuple[int, str, str]:
-        with monkeypatch.context() as m:
-            m.chdir(cwd)
-            m.setattr(sys, "argv", ["ampcert", *map(str, args)])
-            capsys.readouterr()
-            with pytest.raises(SystemExit) as exit_:
-                main()
-            return (exit_.value.code, *capsys.readouterr())
-
-    return run
-
-
-def test_run_by_shipped_name_and_a_path_wins(tmp_path, ampcert_here):
+def test_run_by_shipped_name_and_a_path_wins(tmp_path, cli_here):
     by_name = warm_cli("run", "smoke", "--dry-run", cwd=tmp_path)  # a process of its own, as a user runs it
     assert by_name.returncode == 0 and "suite smoke:" in by_name.stdout, by_name.stderr
     assert list(tmp_path.iterdir()) == []
     # the checkout's suites/ (a link to the shipped ones) by path, as the README runs it
-    code, out, err = ampcert_here("run", "suites/smoke.yaml", "--dry-run")
-    assert code == 0 and "suite smoke:" in out, err
+    here = cli_here("run", "suites/smoke.yaml", "--dry-run")  # in this process: no torch import each
+    assert here.returncode == 0 and "suite smoke:" in here.stdout, here.stderr
     # a file of that name in the working folder wins over the shipped suite; a folder does not
     (tmp_path / "smoke").write_text("name: mine\nseeds: [0]\nprecisions: [fp32]\nworkloads: [{workload: digits}]\n")
-    code, out, err = ampcert_here("run", "smoke", "--dry-run", cwd=tmp_path)
-    assert code == 0 and "suite mine:" in out, err
+    here = cli_here("run", "smoke", "--dry-run", cwd=tmp_path)
+    assert here.returncode == 0 and "suite mine:" in here.stdout, here.stderr
     (tmp_path / "smoke").unlink()
     (tmp_path / "smoke").mkdir()
-    code, out, err = ampcert_here("run", "smoke", "--dry-run", cwd=tmp_path)
-    assert code == 0 and "suite smoke:" in out, err
+    here = cli_here("run", "smoke", "--dry-run", cwd=tmp_path)
+    assert here.returncode == 0 and "suite smoke:" in here.stdout, here.stderr
     # a name ampcert does not ship, and a path that does not exist: one line each
     assert_one_line_error(warm_cli("run", "nosuch", "--dry-run", cwd=tmp_path), "nosuch",
                           "no suite of that name", "smoke", "vision")
