@@ -59,6 +59,17 @@ LOWEST_PRECISION_ATTN = "lowest_numerical_precision_in_attn"
 LOWEST_PRECISION_COMM = "lowest_numerical_precision_in_comm"
 
 
+def run_stop_metadata(target: float | None, reached: bool, steps: int) -> dict[str, str]:
+    """``run_stop``'s metadata in MLPerf's meaning: ``success`` only for a run that reached
+    its quality target, ``aborted`` with the reason for one that had no target or ran out of
+    steps first (MLPerf gives such a run no time-to-train). Written by the backends, read
+    back by the MLPerf export for runs already stored."""
+    if reached:
+        return {"status": "success"}
+    reason = "no quality target" if target is None else f"quality target {target:g} not reached in {steps} steps"
+    return {"status": "aborted", "reason": reason}
+
+
 def _jsonable(value: Any) -> Any:
     # JSON has no NaN/Infinity; MLLOG readers choke on them. Spell them out.
     if isinstance(value, float) and not math.isfinite(value):

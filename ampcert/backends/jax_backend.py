@@ -243,7 +243,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
             break
 
     telemetry, series = loop.stop_telemetry(tel, log, trained)
-    loop.log_run_stop(log, budget.target, reached, step)
+    log.end(mllog.RUN_STOP, metadata=mllog.run_stop_metadata(budget.target, reached is not None, step))
     flops_per_step = _step_flops(step_jit, params, opt_state, state, scaling.state, lr_table[0], x, y)
     return loop.outcome(
         spec, workload, task.batch_size, steps=step, losses=losses, evals=evals, reached=reached,

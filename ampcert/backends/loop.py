@@ -318,18 +318,6 @@ def mfu(achieved_flops: float | None, peak: Measured | None) -> float | None:
     return achieved_flops / peak.value
 
 
-def log_run_stop(log: mllog.MLLogger, target: float | None, reached: Reached | None, steps: int) -> None:
-    """``run_stop`` in MLPerf's meaning: ``success`` only for a run that reached its quality
-    target, ``aborted`` (with the reason) for one that had no target or ran out of steps
-    first. MLPerf gives such a run no time-to-train, and neither does an export of it."""
-    if reached is not None:
-        log.end(mllog.RUN_STOP, metadata={"status": "success"})
-        return
-    reason = ("no quality target" if target is None
-              else f"quality target {target:g} not reached in {steps} steps")
-    log.end(mllog.RUN_STOP, metadata={"status": "aborted", "reason": reason})
-
-
 def target_reached(spec: RunSpec, reached: Reached | None) -> bool | None:
     """Whether the run met its target; None for a run without one."""
     return None if spec.target is None else reached is not None

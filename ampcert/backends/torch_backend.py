@@ -412,7 +412,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
             break
 
     telemetry, series = loop.stop_telemetry(tel, log, trained)
-    loop.log_run_stop(log, budget.target, reached, step)
+    log.end(mllog.RUN_STOP, metadata=mllog.run_stop_metadata(budget.target, reached is not None, step))
     all_losses = torch.stack(losses).cpu().tolist()
     peak_memory, weights_sha256 = _peak_memory(device), weights_digest(model)
     environment: dict[str, Any] = {

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ampcert import mllog
 from ampcert.aggregate import group_runs
 from ampcert.errors import UserError
 from ampcert.results import ResultSet, RunResult, atomic_write_text, read_regular_file
@@ -160,11 +161,7 @@ def _no_time_to_train(r: RunResult) -> str | None:
     or None for a run that reached its target."""
     if r.status != "completed":
         return f"the run {r.status}"
-    if r.target is None:
-        return "no quality target"
-    if not r.target_reached:
-        return f"quality target {r.target:g} not reached in {r.steps} steps"
-    return None
+    return mllog.run_stop_metadata(r.target, bool(r.target_reached), r.steps).get("reason")
 
 
 def _plan(rs: ResultSet, environment: dict[str, Any], tool: str
