@@ -22,6 +22,14 @@ REPO = TESTS.parent
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# The README's test command installs with `pip install --no-compile` (compiling all of torch,
+# transformers, JAX and Ray cost ~90 s of the 2-core CI machine, for modules the tests mostly
+# never import). So the first interpreter to import a module compiles it, and every later
+# one (the tests start hundreds: CLIs, workers, nodes) must find the bytecode it wrote:
+# where PYTHONDONTWRITEBYTECODE is set, each would compile torch again (~12 s of CPU).
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 
 def cli_env() -> dict[str, str]:
     env = dict(os.environ)
