@@ -202,6 +202,11 @@ def _pick_region(active: tuple[Region, ...], args: tuple, kwargs: dict) -> Regio
 def _cast(t: torch.Tensor, to: torch.dtype, region: Region, st: _State, compiling: bool) -> torch.Tensor:
     if not eligible(t, region.device_type) or t.dtype is to:
         return t
+    return _cast_eligible(t, to, region, st, compiling)
+
+
+def _cast_eligible(t: torch.Tensor, to: torch.dtype, region: Region, st: _State, compiling: bool) -> torch.Tensor:
+    """Cast ``t`` (eligible, not already ``to``), through the weight cache where it applies."""
     if (
         region.cache_enabled
         # Under torch.compile the graph holds the cast once anyway, and the
@@ -244,14 +249,94 @@ def _cast_arg(a: Any, to: torch.dtype, region: Region, st: _State, compiling: bo
 
 
 # ---------------------------------------------------------------------------
+# plans: the fast path's decision per (region, callable), made once
+# ---------------------------------------------------------------------------
+_UNPLANNED = object()
+#: The plan of a call that runs as it is: no family, no clone, no decomposition.
+_AS_IS = object()
+#: The dtypes :func:`~.torch_autocast_families.eligible` accepts: floating point, not float64.
+_ELIGIBLE_DTYPES = frozenset(d for d in vars(torch).values()
+                             if isinstance(d, torch.dtype) and d.is_floating_point and d is not torch.float64)
+_FIXED_TARGET = {Family.LOWER_PRECISION, Family.FP32}
+
+
+def _plan(region: Region, func: Any) -> object:
+    """What the fast path may do with ``func`` in ``region``, decided as the general path
+    would: ``_AS_IS``; the dtype every eligible tensor is cast to (families whose target
+    does not depend on the arguments, ops not ``uncast_if_mixed``); or None (the general
+    path decides each call: argument-dependent ops, composites, banned ops, ...)."""
+    name = canonical_op_name(func)
+    if type(func) is _FunctionType or name in _RESOLVERS:
+        return None  # a Python composite (re-run as a clone) or an op chosen from the arguments
+    if name is None:
+        return _AS_IS
+    family = region.families.get(name)
+    if family is None:
+        return None if name in RNN_OPS and region.device_type == "cpu" else _AS_IS
+    if family in _FIXED_TARGET and name not in region.mixed:
+        return region.dtype if family is Family.LOWER_PRECISION else torch.float32
+    return None
+
+
+def _cast_positional(args: tuple, to: torch.dtype, region: Region, st: _State) -> list | None:
+    """``args`` with every eligible tensor cast to ``to``, when the call is one the fast
+    path covers (tensors positional and not in lists, at least one eligible); else None,
+    and the general path decides."""
+    dev = region.device_type
+    out = list(args)
+    found = False
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            dt = a.dtype
+            if dt in _ELIGIBLE_DTYPES and (
+                (a.is_cpu or a.is_mkldnn) if dev == "cpu" else a.is_cuda if dev == "cuda" else a.device.type == dev
+            ):
+                found = True
+                if dt is not to:
+                    out[i] = _cast_eligible(a, to, region, st, False)
+        elif type(a) in _SEQUENCES and any(isinstance(x, torch.Tensor) for x in a):
+            return None
+    return out if found else None
+
+
+_SEQUENCES = (list, tuple)
+
+
+# ---------------------------------------------------------------------------
 # the mode
 # ---------------------------------------------------------------------------
 class _AmpcertMode(TorchFunctionMode):
-    """The single TorchFunctionMode pushed while any ampcert region is open (per thread)."""
+    """The single TorchFunctionMode pushed while any ampcert region is open (per thread).
+
+    Two paths decide a call. The fast one serves the common case in eager code (one
+    device type's region open, no clone running): the region's plan for the callable,
+    made once by :func:`_plan`, says "run as it is" or "cast the eligible tensors to X",
+    and the call costs one dict lookup and the casts (``benchmarks/dispatch_overhead.py``
+    measures it). Every other call (argument-dependent ops, composites re-run as clones,
+    tensors inside lists or keywords, ``out=``, nested device types, torch.compile's
+    trace) takes the general path, :meth:`_decide`, which the plans only short-cut."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if kwargs is None:
-            kwargs = {}
+        st = _STATE
+        active = st.active
+        if len(active) == 1 and st.pending is None and not _compiling():
+            region = active[0]
+            try:
+                plan = region.plans.get(func, _UNPLANNED)
+            except TypeError:  # an unhashable callable: no plan
+                plan = None
+            if plan is _UNPLANNED:
+                plan = region.plans[func] = _plan(region, func)
+            if plan is _AS_IS:
+                return func(*args, **kwargs) if kwargs else func(*args)
+            if plan is not None and not kwargs:
+                cast = _cast_positional(args, plan, region, st)
+                if cast is not None:
+                    return func(*cast)
+        return self._decide(func, args, {} if kwargs is None else kwargs)
+
+    def _decide(self, func, args, kwargs):
+        """The general path: every call can take it, and gets the same decision."""
         st = _STATE
         pending = st.pending
         if pending is not None:

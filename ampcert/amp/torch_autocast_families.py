@@ -195,14 +195,18 @@ class Region:
     """One autocast setting, with ``handlers``: each policy op name -> its family's
     handler, resolved once here so that a call costs one dict lookup."""
 
-    __slots__ = ("device_type", "dtype", "policy", "handlers", "mixed", "enabled", "cache_enabled")
+    __slots__ = ("device_type", "dtype", "policy", "families", "handlers", "mixed", "enabled", "cache_enabled",
+                 "plans")
 
     def __init__(self, device_type: str, dtype: torch.dtype, policy: OpPolicy, enabled: bool,
                  cache_enabled: bool) -> None:
         self.device_type = device_type
         self.dtype = dtype
         self.policy = policy
-        self.handlers: dict[str, Handler] = {op: HANDLERS[Family(fam)] for op, fam in policy.ops.items()}
+        self.families: dict[str, Family] = {op: Family(fam) for op, fam in policy.ops.items()}
+        self.handlers: dict[str, Handler] = {op: HANDLERS[fam] for op, fam in self.families.items()}
         self.mixed = policy.uncast_if_mixed
         self.enabled = enabled
         self.cache_enabled = cache_enabled
+        #: callable -> what the mode's fast path does with it here (torch_autocast._plan)
+        self.plans: dict[object, object] = {}
