@@ -276,22 +276,6 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Pa
     return root
 
 
-def certified_own_jobs(tmp_path_factory) -> Path:
-    """examples/own_job/suite.yaml (HF Trainer, Lightning and mlperf_logging jobs as command
-    workloads) run here once per test session, signed with the key beside it: read by
-    tests/integrations/test_own_job_suite.py and compared with a Ray run in
-    tests/runner/test_fleet_engines.py. Returns the results folder."""
-    from conftest import REPO, run_cli
-
-    def build(tmp: Path) -> None:
-        assert run_cli("keygen", tmp / "key").returncode == 0
-        proc = run_cli("run", REPO / "examples" / "own_job" / "suite.yaml", "--out", tmp / "out",
-                       "--sign-key", tmp / "key", cwd=tmp, timeout=900)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-
-    return built_once(tmp_path_factory, "own-job", build) / "out"
-
-
 # --------------------------------------------------------------------------- the CLI, warm
 
 # A server that has imported what the commands import that takes seconds: torch too, where
