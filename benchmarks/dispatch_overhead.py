@@ -10,8 +10,10 @@ shapes). One thread (``torch.set_num_threads(1)``); each variant runs the same c
   the low dtype, ``relu`` is in no family and runs as it is;
 * ``mixed``: ``linear`` then ``add`` (promote) of an fp32 tensor and ``softmax`` (fp32);
 
-each under no autocast (``none``), ``torch.autocast("cpu", torch.bfloat16)`` (``native``)
-and ``ampcert.amp.autocast("cpu", torch.bfloat16)`` (``ampcert``), the region entered once
+each under no autocast (``none``), ``torch.autocast("cpu", torch.bfloat16)`` (``native``),
+a TorchFunctionMode that only calls the op (``mode-only``: the floor of any autocast built
+on one, as ampcert's is) and ``ampcert.amp.autocast("cpu", torch.bfloat16)`` (``ampcert``),
+the region entered once
 around a chain of ``--ops`` ops, outside the timed loop's per-op cost. After a warm-up,
 ``--rounds`` rounds run the variants back to back, the order rotating each round; reported:
 median microseconds per op of each variant, the ratio ampcert/native of the medians with a
@@ -44,6 +46,7 @@ if str(_ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from torch.overrides import TorchFunctionMode  # noqa: E402
 
 from ampcert.amp import autocast as amp_autocast  # noqa: E402
 from ampcert.envinfo import cpu_info, load_average  # noqa: E402
@@ -78,9 +81,17 @@ def chains(ops: int) -> dict[str, tuple[Callable[[], object], int]]:
     return {"linear+relu": (linear_relu, 2 * pairs), "mixed": (mixed, 3 * triples)}
 
 
+class PassThrough(TorchFunctionMode):
+    """A TorchFunctionMode that decides nothing: the floor of any autocast built on one."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
     "none": contextlib.nullcontext,
     "native": lambda: torch.autocast("cpu", dtype=torch.bfloat16),
+    "mode-only": PassThrough,
     "ampcert": lambda: amp_autocast("cpu", torch.bfloat16),
 }
 
@@ -131,6 +142,7 @@ def main() -> None:
               + "  ".join(f"{n} {m:.2f}" for n, m in med.items()))
         print(f"  ampcert/native {vs_native['ratio']:.2f} [95% CI {vs_native['ci_lo']:.2f}, {vs_native['ci_hi']:.2f}]"
               f" ({verdict} the goal <= {GOAL}); overhead over none: native {med['native'] - med['none']:+.2f} us,"
+              f" a mode that decides nothing {med['mode-only'] - med['none']:+.2f} us,"
               f" ampcert {med['ampcert'] - med['none']:+.2f} us")
         out["workloads"][label] = {"us_per_op": med, "ampcert_over_native": vs_native, "rounds": per}  # type: ignore[index]
     print(f"\nload after: {load_average()}")
