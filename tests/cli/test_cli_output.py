@@ -2,7 +2,13 @@
 CI log (plain text, nothing cut, no colour), a program (--json on stdout,
 --json-out FILE); NO_COLOR wins; `--version`, `list` and `show`; bad input on
 the new commands and options is one line and exit 2 (click's usage errors, the
-session's BadArgument in the option's words)."""
+session's BadArgument in the option's words).
+
+The commands run through the entry point in this process (:func:`here`): what they print,
+not how a process starts, is under test here (test_cli_imports.py starts each in a fresh
+interpreter, test_wheel.py the installed script). What needs a process of its own has one,
+forked warm (``warm_cli``): a terminal (the pty test), bytes through a real file
+descriptor (``show``), the folder's training run."""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -99,11 +106,48 @@ def folder(tmp_path_factory) -> Folder:
     return shared_folder(tmp_path_factory)
 
 
+def _a_fresh_interpreters_warning_filters() -> None:
+    """Python's own default filters (no -W, no PYTHONWARNINGS), in place of pytest's."""
+    warnings.resetwarnings()
+    warnings.filterwarnings("default", category=DeprecationWarning, module="__main__", append=True)
+    for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+        warnings.filterwarnings("ignore", category=category, append=True)
+
+
+@pytest.fixture
+def here(monkeypatch, capfd):
+    """``ampcert ARGS`` through the entry point (``cli.main``) in this process, as
+    conftest's ``cli_here``, returned as ``warm_cli`` returns it and in its environment
+    (``cli_env``'s COLUMNS=200, ``env`` laid over it), but watching what a process of its own
+    would show: both file descriptors are captured (anything that reaches fd 1 or 2, not only
+    ``sys.stdout``: stdout is a file, not a terminal), and the warnings Python would print
+    (a fresh interpreter's filters, each warning shown afresh) are on stderr, where pytest
+    would have recorded them quietly."""
+
+    def run(*args: object, cwd: Path = REPO, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        argv = ["ampcert", *map(str, args)]
+        with monkeypatch.context() as m, warnings.catch_warnings(record=True) as caught:
+            _a_fresh_interpreters_warning_filters()
+            m.chdir(cwd)
+            m.setattr(sys, "argv", argv)
+            for name, value in ({"COLUMNS": cli_env()["COLUMNS"]} | (env or {})).items():
+                m.setenv(name, value)
+            capfd.readouterr()
+            with pytest.raises(SystemExit) as exit_:
+                cli.main()
+            out, err = capfd.readouterr()
+        err += "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in caught)
+        code = exit_.value.code
+        return subprocess.CompletedProcess(argv, 0 if code is None else code if isinstance(code, int) else 1, out, err)
+
+    return run
+
+
 # --------------------------------------------------------------------------- --version
 
 
-def test_version():
-    proc = warm_cli("--version")
+def test_version(here):
+    proc = here("--version")
     assert proc.returncode == 0 and proc.stdout == f"ampcert {ampcert.__version__}\n" and not proc.stderr
     assert ampcert.__version__ == "0.1.0"
 
@@ -125,11 +169,11 @@ def _table_commands(f: Folder, tmp: Path) -> dict[str, list]:
     }
 
 
-def test_piped_tables_at_80_columns_are_plain_and_whole(folder, tmp_path):
+def test_piped_tables_at_80_columns_are_plain_and_whole(folder, tmp_path, here):
     summary = json.loads((folder.root / "summary.json").read_text())
     outputs = {}
     for name, args in _table_commands(folder, tmp_path).items():
-        proc = warm_cli(*args, env={"COLUMNS": "80"})
+        proc = here(*args, env={"COLUMNS": "80"})
         outputs[name] = proc.stdout
         assert proc.returncode in (0, 1), (name, proc.stdout + proc.stderr)
         out = proc.stdout
@@ -272,12 +316,12 @@ def _table_lines(out: str, headers: list[str]) -> list[str]:
     return lines[top:]
 
 
-def test_piped_compare_at_80_columns_is_a_table(tmp_path):
+def test_piped_compare_at_80_columns_is_a_table(tmp_path, here):
     """`COLUMNS=80 ampcert compare A B | cat`: a table with a row a line or two, never wider than 80."""
     from ampcert import gate
 
     baseline, candidate = _synthetic_pair(tmp_path)
-    proc = warm_cli("compare", baseline, candidate, env={"COLUMNS": "80"})
+    proc = here("compare", baseline, candidate, env={"COLUMNS": "80"})
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the candidate regressed
     table = _table_lines(proc.stdout, ["subject", "metric", "baseline", "candidate", "change", "status"])
     rows = gate.table_rows(session.compare(baseline, candidate))
@@ -292,7 +336,7 @@ def test_piped_compare_at_80_columns_is_a_table(tmp_path):
         assert row["subject"].startswith(subject) and (metric, status) == (row["metric"], row["status"]), line
         assert row["change"] in line, line
     # wide enough, each row is one line with every column
-    wide = warm_cli("compare", baseline, candidate, env={"COLUMNS": "200"})
+    wide = here("compare", baseline, candidate, env={"COLUMNS": "200"})
     assert _table_lines(wide.stdout, ["subject", "metric", "baseline", "candidate", "n", "change", "limit",
                                       "evidence", "status"])
 
@@ -371,7 +415,7 @@ def test_terminal_table_end_to_end_in_a_pty(folder):
 # --------------------------------------------------------------------------- --json
 
 
-def test_every_table_command_prints_json(folder, tmp_path):
+def test_every_table_command_prints_json(folder, tmp_path, here):
     expect = {
         "report": (["report", folder.root], {"results", "summary"}),
         "certify": (["certify", folder.root], {"rules", "status", "subjects", "verdicts"}),
@@ -385,7 +429,7 @@ def test_every_table_command_prints_json(folder, tmp_path):
     }
     printed = {}
     for name, (args, keys) in expect.items():
-        proc = warm_cli(*args, "--json", cwd=tmp_path)
+        proc = here(*args, "--json", cwd=tmp_path)
         assert proc.returncode in (0, 1), (name, proc.stdout + proc.stderr)
         assert "warning" not in proc.stderr, (name, proc.stderr)
         printed[name] = data = json.loads(proc.stdout)  # stdout is the JSON and nothing else
@@ -427,17 +471,17 @@ def _json_commands(f: Folder, nights: tuple[Path, str]) -> dict[str, list]:
             "plan": ["plan", f.root, "--target-samples", "1000"], "list": ["list"]}
 
 
-def test_json_out_writes_the_json_that_json_prints(folder, nights, tmp_path):
+def test_json_out_writes_the_json_that_json_prints(folder, nights, tmp_path, here):
     for name, args in _json_commands(folder, nights).items():
         out = tmp_path / f"{name}.json"
-        proc = warm_cli(*args, "--json-out", out, cwd=tmp_path)
+        proc = here(*args, "--json-out", out, cwd=tmp_path)
         assert proc.returncode == 0, (name, proc.stdout + proc.stderr)
         assert f"wrote {out}" in proc.stdout and not proc.stderr, (name, proc.stdout + proc.stderr)
         assert not proc.stdout.lstrip().startswith("{")  # the table, not the JSON, on stdout
         written = json.loads(out.read_text())
         # --json and --json-out together: the same data on stdout and in the file, messages on stderr
         both = tmp_path / f"{name}-both.json"
-        proc = warm_cli(*args, "--json", "--json-out", both, cwd=tmp_path)
+        proc = here(*args, "--json", "--json-out", both, cwd=tmp_path)
         assert proc.returncode == 0, (name, proc.stdout + proc.stderr)
         assert json.loads(proc.stdout) == json.loads(both.read_text()), name
         assert f"wrote {both}" in proc.stderr
@@ -445,20 +489,20 @@ def test_json_out_writes_the_json_that_json_prints(folder, nights, tmp_path):
     assert not (tmp_path / "-").exists()
 
 
-def test_json_file_old_spelling_warns_and_still_works(folder, nights, tmp_path):
+def test_json_file_old_spelling_warns_and_still_works(folder, nights, tmp_path, here):
     for name, args in _json_commands(folder, nights).items():
         if name == "list":
             continue
         for spelling in ("separate", "equals"):
             out = tmp_path / f"{name}-{spelling}.json"
             flag = ["--json", out] if spelling == "separate" else [f"--json={out}"]
-            proc = warm_cli(*args[:2], *flag, *args[2:], cwd=tmp_path)  # before the other options, too
+            proc = here(*args[:2], *flag, *args[2:], cwd=tmp_path)  # before the other options, too
             assert proc.returncode == 0, (name, proc.stdout + proc.stderr)
             assert proc.stderr == f"ampcert: warning: {JSON_FILE_DEPRECATED}\n", (name, proc.stderr)
             assert JSON_FILE_DEPRECATED == "--json FILE is deprecated; use --json-out FILE"
             assert json.loads(out.read_text()) and f"wrote {out}" in proc.stdout, (name, proc.stdout)
         # `--json -` was stdout: it still is
-        proc = warm_cli(*args, "--json", "-", cwd=tmp_path)
+        proc = here(*args, "--json", "-", cwd=tmp_path)
         assert proc.returncode == 0, (name, proc.stdout + proc.stderr)
         assert json.loads(proc.stdout) and proc.stderr.startswith(f"ampcert: warning: {JSON_DASH_DEPRECATED}\n")
     assert not (tmp_path / "-").exists()
@@ -564,12 +608,12 @@ def test_the_choices_are_the_engines_own():
 # --------------------------------------------------------------------------- colour
 
 
-def test_no_color_wins_over_force_color(folder):
-    forced = warm_cli("compare", folder.root, folder.root, env={"FORCE_COLOR": "1", "COLUMNS": "200"})
+def test_no_color_wins_over_force_color(folder, here):
+    forced = here("compare", folder.root, folder.root, env={"FORCE_COLOR": "1", "COLUMNS": "200"})
     assert ANSI.search(forced.stdout), "FORCE_COLOR alone colours (or this test proves nothing)"
     for args in (["compare", folder.root, folder.root], ["report", folder.root], ["list"],
                  ["certify", folder.root]):
-        proc = warm_cli(*args, env={"NO_COLOR": "1", "FORCE_COLOR": "1"})
+        proc = here(*args, env={"NO_COLOR": "1", "FORCE_COLOR": "1"})
         assert proc.returncode in (0, 1), proc.stdout + proc.stderr
         assert not ANSI.search(proc.stdout + proc.stderr), (args, proc.stdout)
         assert not BOX & set(proc.stdout)  # and a pipe is not taken for a terminal
@@ -578,12 +622,12 @@ def test_no_color_wins_over_force_color(folder):
 # --------------------------------------------------------------------------- list, show
 
 
-def test_list_names_the_shipped_policies_and_rule_packs():
-    proc = warm_cli("list")
+def test_list_names_the_shipped_policies_and_rule_packs(here):
+    proc = here("list")
     assert proc.returncode == 0, proc.stderr
     for name in resources.shipped_names("policy") + resources.shipped_names("rules"):
         assert name in proc.stdout
-    data = json.loads(warm_cli("list", "--json").stdout)
+    data = json.loads(here("list", "--json").stdout)
     assert data["policies"] == list(resources.shipped_names("policy"))
     assert data["rules"] == list(resources.shipped_names("rules"))
 
@@ -622,16 +666,16 @@ def test_show_prints_the_shipped_text_exactly(tmp_path, monkeypatch, capsysbinar
     (["report", "--json"], ["report", "Missing argument", "results"]),
     (["nosuchcommand"], ["nosuchcommand"]),
 ])
-def test_bad_input_is_one_line_exit_2(args, fragments):
-    assert_one_line_error(warm_cli(*args), *fragments)
+def test_bad_input_is_one_line_exit_2(args, fragments, here):
+    assert_one_line_error(here(*args), *fragments)
 
 
-def test_json_to_an_unwritable_file_is_one_line(folder, tmp_path):
+def test_json_to_an_unwritable_file_is_one_line(folder, tmp_path, here):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    assert_one_line_error(warm_cli("compare", folder.root, folder.root, "--json-out", blocker / "gate.json"),
+    assert_one_line_error(here("compare", folder.root, folder.root, "--json-out", blocker / "gate.json"),
                           "cannot write")
-    assert_one_line_error(warm_cli("plan", folder.root, "--target-samples", "10", "--json-out", blocker / "plan.json"),
+    assert_one_line_error(here("plan", folder.root, "--target-samples", "10", "--json-out", blocker / "plan.json"),
                           "cannot write")
-    assert_one_line_error(warm_cli("report", folder.root, "--json-out", blocker / "summary.json"), "cannot write",
+    assert_one_line_error(here("report", folder.root, "--json-out", blocker / "summary.json"), "cannot write",
                           "summary.json")
