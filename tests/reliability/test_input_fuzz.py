@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import os
 import signal
@@ -145,10 +146,15 @@ scalars = st.one_of(
 )
 
 
-def values(keys: list[str]):
+@functools.cache  # one strategy per key set, not one per draw (hypothesis validates each anew)
+def _values(keys: tuple[str, ...]):
     return st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
                         | st.dictionaries(st.sampled_from(keys) | st.text(max_size=6), inner, max_size=3),
                         max_leaves=6)
+
+
+def values(keys: list[str]):
+    return _values(tuple(keys))
 
 
 def _slots(node, out=None):

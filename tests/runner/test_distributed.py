@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, cli_env
-from factories import warm_cli
 
 from ampcert.errors import UserError
 from ampcert.report.sign import keygen
@@ -88,10 +87,10 @@ def test_suite_launcher_fields_expand_per_entry():
     ({"launcher": "torchrun", "torchrun": {"nproc_per_node": 2}, "backend": "jax", "amp": "ampcert"},
      "trains the torch backend"),
 ])
-def test_bad_launcher_settings_are_one_line_errors(write_suite, fields, expected):
+def test_bad_launcher_settings_are_one_line_errors(write_suite, cli_here, fields, expected):
     lines = "".join(f"{k}: {json.dumps(v)}\n" for k, v in fields.items())
     suite = write_suite("name: bad\n" + lines + "workloads:\n  - workload: digits\n")
-    proc = warm_cli("run", suite, "--dry-run")
+    proc = cli_here("run", suite, "--dry-run")  # the entry point in this process: main()'s one line, its exit code
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert expected in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
@@ -126,13 +125,58 @@ def test_shards_cover_the_plan_exactly_once():
 # --------------------------------------------------------------------------- loss scaling across ranks
 
 
+# Two ranks of a script, as torchrun starts them (RANK, WORLD_SIZE and a rendezvous
+# address in the environment, env:// init), forked from one interpreter that has
+# imported torch (and torch._dynamo, which the optimizer's first step imports): one
+# import (about 3 s of CPU) instead of three (torchrun's agent and each rank). The ranks
+# are processes of their own that meet over gloo; torchrun itself is under test in the
+# `ampcert run` test below.
+TWO_RANKS = """
+import os, runpy, signal, socket, sys, threading, traceback
+import torch, torch.distributed, torch._dynamo  # noqa: E401,F401
+assert threading.active_count() == 1  # no Python thread holds a lock across the fork
+script, out = sys.argv[1:]
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+ranks = []
+for rank in (0, 1):
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank))
+            sys.argv = [script, out]
+            runpy.run_path(script, run_name="__main__")
+            code = 0
+        except SystemExit as exc:
+            code = 0 if exc.code in (0, None) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    ranks.append(pid)
+failed = False
+while ranks:  # a rank that fails ends the other, which would wait for it in a collective
+    pid, status = os.wait()
+    ranks.remove(pid)
+    if os.waitstatus_to_exitcode(status) != 0 and not failed:
+        failed = True
+        for other in ranks:
+            os.kill(other, signal.SIGKILL)
+sys.exit(1 if failed else 0)
+"""
+
+
 def test_loss_scale_sequence_is_the_same_on_every_rank(tmp_path):
     """Rank 1 alone overflows (no DDP links the ranks): with the cross-rank
     reduction both ranks skip those steps and hold the same scale after every
     update; without it (the control) rank 0 never notices."""
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         str(HERE / "_scaler_ranks.py"), str(tmp_path)],
+        [sys.executable, "-c", TWO_RANKS, str(HERE / "_scaler_ranks.py"), str(tmp_path)],
         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -175,8 +219,9 @@ def test_two_gloo_ranks_match_the_single_process_run_and_fail_like_workers(tmp_p
     seeded batch of 64, DDP's averaged gradient is the global batch's, so the
     2-process run follows the single-process one up to float rounding.
     torchrun runs fail as worker processes do: an exception is recorded by
-    rank 0 with its reason; ranks killed outright and a run past its timeout
-    become failed results saying so; no rank outlives its run."""
+    rank 0 with its reason (while the other rank fails too); ranks killed
+    outright and a run past its timeout (two ranks, killed by pid) become
+    failed results saying so; no rank outlives its run."""
     for key in ("OMP_NUM_THREADS", "PYTHONPATH"):  # torchrun and its ranks inherit these
         monkeypatch.setenv(key, _env()[key])
     out = tmp_path / "out"
@@ -249,7 +294,7 @@ def _verdicts(folder: Path) -> list[tuple]:
 
 
 @pytest.mark.slow
-def test_three_shards_merge_into_the_unsharded_results(tmp_path, write_suite, monkeypatch):
+def test_three_shards_merge_into_the_unsharded_results(tmp_path, write_suite, monkeypatch, cli_here):
     """The suite runs whole and in 3 shards (as on 3 machines); the merged
     shards hold the same run ids and get the same verdicts."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # see _env (for the forkserver, if this starts it)
@@ -267,7 +312,7 @@ def test_three_shards_merge_into_the_unsharded_results(tmp_path, write_suite, mo
         assert len(load(d).runs) == 1 and not (d / "verdicts.json").exists()  # certified once merged
 
     merged = tmp_path / "merged"
-    proc = warm_cli("merge", merged, *shards)  # the real command line (a process of its own), from here on
+    proc = cli_here("merge", merged, *shards)  # the real entry point (main()), from here on
     assert proc.returncode == 0, proc.stdout + proc.stderr
     full_rs, merged_rs = load(full), load(merged)
     assert [r.run_id for r in merged_rs.plan] == [r.run_id for r in full_rs.plan]
@@ -278,9 +323,9 @@ def test_three_shards_merge_into_the_unsharded_results(tmp_path, write_suite, mo
     assert plan.shard is None and [m["shard"]["index"] for m in (plan.model_extra or {})["merged_from"]] == [1, 2, 3]
     assert (merged / "report.json").exists() and (merged / "report.html").exists()
     # the merged folder is an ordinary results folder: certify (re-renders the report) and sign
-    assert warm_cli("certify", merged).returncode == 0
+    assert cli_here("certify", merged).returncode == 0
     keygen(tmp_path / "k.key")
-    signed = warm_cli("sign", merged, "--key", tmp_path / "k.key")
+    signed = cli_here("sign", merged, "--key", tmp_path / "k.key")
     assert signed.returncode == 0 and (merged / "report.dsse.json").exists(), signed.stderr
 
 
@@ -297,9 +342,9 @@ def _planned(folder: Path, suite: Path) -> list[RunSpec]:
     return plan.runs
 
 
-def test_bad_shard_and_merge_input_is_one_line_exit_2(tmp_path, write_suite):
+def test_bad_shard_and_merge_input_is_one_line_exit_2(tmp_path, write_suite, cli_here):
     suite = write_suite(SHARDED.replace("certify: rules.yaml\n", ""))
-    proc = warm_cli("run", suite, "--shard", "4/3", "--out", tmp_path / "never")
+    proc = cli_here("run", suite, "--shard", "4/3", "--out", tmp_path / "never")
     assert proc.returncode == 2 and "--shard 4/3: there is no shard 4 of 3" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "never").exists()
     for bad, expected in (("0/2", "there is no shard 0 of 2"), ("1-3", "expected i/n"), ("2/0", "no shard 2 of 0")):
@@ -310,7 +355,7 @@ def test_bad_shard_and_merge_input_is_one_line_exit_2(tmp_path, write_suite):
     runs = _planned(a, suite)
     _planned(b, write_suite(SHARDED.replace("certify: rules.yaml\n", "").replace("seeds: [0, 1]", "seeds: [2]"),
                             "other.yaml"))
-    proc = warm_cli("merge", tmp_path / "m", a, b)
+    proc = cli_here("merge", tmp_path / "m", a, b)
     assert proc.returncode == 2 and "planned from a different suite" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "m").exists()
 
