@@ -167,8 +167,12 @@ def test_interrupting_ampcert_ends_the_jobs_tree_and_resume_reruns_only_that_run
     path = _suite(tmp_path, SLOW_JOB)
     (tmp_path / "hang").write_text("")  # the bf16 job hangs while this file is there
     out = tmp_path / "out"
+    # SIGINT at its default in ampcert: a shell starts background jobs (`.ci/run &`) with SIGINT
+    # ignored, exec keeps that, and ampcert rightly leaves an inherited ignore alone, so the
+    # interrupt below would wait out the timeout (as tests/reliability/test_signals.py says too).
     proc = subprocess.Popen([sys.executable, "-m", "ampcert", "run", str(path), "--out", str(out)],
-                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     pids = ""
     deadline = time.monotonic() + 60
     while not pids and time.monotonic() < deadline:
