@@ -242,12 +242,22 @@ class Aggregate(SubjectRow):
     accelerated: bool = True
     capability_note: str = ""
     comparability: str | None = Field(
-        default=None, description="why this row's metric must not be read against FP32's, e.g. "
-        "'not comparable (capped at 30 steps)': a smaller step budget than FP32's")
+        default=None, description="why this row's figures must not be read against FP32's, e.g. "
+        "'not comparable (capped at 30 steps)': a smaller step budget than FP32's; or its runs "
+        "slowed on purpose (the suite's inject_slowdown)")
 
 
 def _present(values: Iterable[Any]) -> list[float]:
     return [float(v) for v in values if v is not None]
+
+
+def injected(runs: Iterable[RunResult]) -> str | None:
+    """The note of a group whose runs were slowed on purpose (a suite's ``inject_slowdown``)."""
+    fractions = sorted({r.spec.injected_slowdown for r in runs if r.spec.injected_slowdown})
+    if not fractions:
+        return None
+    return (f"slowed {'/'.join(f'{f:.0%}' for f in fractions)} on purpose (inject_slowdown: a fault "
+            "injected to test a gate, not this precision's speed)")
 
 
 def train_j_per_sample(r: RunResult) -> float | None:
@@ -272,7 +282,8 @@ def aggregate(runs: Iterable[RunResult]) -> list[Aggregate]:
             target=first.spec.target,
             target_reached=f"{sum(bool(r.target_reached) for r in reached)}/{len(reached)}" if reached else None,
             accelerated=all(r.accelerated for r in g), capability_note=first.capability_note,
-            comparability=not_comparable(capped[key]) if key in capped else None,
+            comparability="; ".join(filter(None, [not_comparable(capped[key]) if key in capped else None,
+                                                  injected(g)])) or None,
             **{name: median_value(done, name) for name in FIGURES},
         ))
     speeds = {row.key: row.samples_per_s for row in rows if row.precision == REFERENCE}

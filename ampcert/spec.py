@@ -15,7 +15,7 @@ import hashlib
 import importlib.util
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -338,6 +338,11 @@ class Suite(_Strict):
     fp8: Fp8 = Field(default_factory=Fp8)
     # Where `--executor slurm` submits (partition, account, time limit).
     slurm: SlurmOptions = Field(default_factory=SlurmOptions)
+    # Fault injection, to test a gate on real runs: each step of a precision's runs (or of
+    # `all` runs: the path they share) is held for this fraction of its own time longer
+    # (0.05: 5% slower). Part of each run's identity; reports say so (docs/suites.md).
+    inject_slowdown: dict[Literal[Precision, "all"], Annotated[float, Field(gt=0, le=1)]] = Field(
+        default_factory=dict)
     workloads: list[WorkloadEntry] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -366,6 +371,7 @@ class Suite(_Strict):
                 raise ValueError(f"`{where}` lists a value twice: {values}")
         if self.unaccelerated == "cap" and self.unaccelerated_max_steps is None:
             raise ValueError("`unaccelerated: cap` needs `unaccelerated_max_steps`")
+        self._check_injection()
         if self.backend == "jax" and self.amp == "native":
             raise ValueError("`backend: jax` needs `amp: ampcert`: JAX has no native autocast to compare with")
         for entry in self.workloads:
@@ -378,6 +384,25 @@ class Suite(_Strict):
                 raise ValueError(f"workload {entry.label!r}: `launcher: torchrun` needs "
                                  "`torchrun: {nproc_per_node: N}` (in the suite or the entry)")
         return self
+
+    def _check_injection(self) -> None:
+        if not self.inject_slowdown:
+            return
+        jobs = [e.label for e in self.workloads if e.command is not None]
+        if jobs:
+            raise ValueError(f"`inject_slowdown` holds ampcert's own training steps; the command entry {jobs[0]!r} "
+                             "trains itself (slow it in its own code)")
+        if "all" in self.inject_slowdown and len(self.inject_slowdown) > 1:
+            raise ValueError("`inject_slowdown` gives `all` and a precision: give one or the other")
+        trained = {p for e in self.workloads for p in e.precisions or self.precisions}
+        unknown = [p for p in self.inject_slowdown if p != "all" and p not in trained]
+        if unknown:
+            raise ValueError(f"`inject_slowdown` names {unknown[0]}, which no entry trains "
+                             f"(the suite trains {', '.join(sorted(trained))})")
+
+    def slowdown_of(self, precision: str) -> float:
+        """The fraction a run of ``precision`` is slowed by on purpose (0: not at all)."""
+        return self.inject_slowdown.get(precision, self.inject_slowdown.get("all", 0.0))  # type: ignore[call-overload]
 
     def launcher_of(self, entry: WorkloadEntry) -> str:
         return entry.launcher or self.launcher
@@ -448,6 +473,9 @@ class RunSpec(_Strict):
     # A team's own job (a suite entry's `command:`); None for ampcert's workloads.
     # (Written only when set: results of ampcert's own workloads keep their bytes.)
     command: CommandJob | None = Field(default=None, exclude_if=lambda v: v is None)
+    # Fault injection (the suite's `inject_slowdown`): each training step held this fraction
+    # of its own time longer. (Written only when set, like `command`.)
+    injected_slowdown: float = Field(default=0.0, ge=0, le=1, exclude_if=lambda v: not v)
 
     @model_validator(mode="after")
     def _names_are_file_names(self) -> RunSpec:
@@ -508,6 +536,8 @@ class RunSpec(_Strict):
             ident["fp8"] = self.fp8.model_dump(exclude={"record_every"})
         if self.command is not None:
             ident["command"] = self.command.identity()
+        if self.injected_slowdown:  # a slowed run is another run: it never resumes or merges as the real one
+            ident["injected_slowdown"] = self.injected_slowdown
         return ident
 
     @property
@@ -719,6 +749,7 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, 
                     torch_compile=suite.torch_compile if compiled else None,
                     fp8=suite.fp8_of(entry) if precision in FP8_PRECISIONS and job is None else None,
                     command=job,
+                    injected_slowdown=suite.slowdown_of(precision),
                     **launch,
                 )
             )

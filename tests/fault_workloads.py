@@ -127,3 +127,57 @@ class Slow(_Fault):
         return x
 
 slow = Slow()
+
+
+class SteadyDevice(DigitsWorkload):
+    """digits on a stand-in for a device whose speed does not drift: every
+    training step lasts 20 ms from its start to the end of its optimizer step
+    where the model computes in fp32, 10 ms in a 16-bit precision (the logits'
+    dtype says which), as a GPU step lasts its kernels' time while the host's
+    own work overlaps them. The host waits out the rest of the step by
+    sleeping, as it would wait for its device, leaving the core to the
+    machine's other work.
+
+    Nights of real runs of it, on a shared 2-core VM whose own speed moves
+    10-20% from one second to the next, are then as steady as a GPU runner's,
+    steady enough to gate a 5% slowdown on (tests/history/test_gate_real_nights.py).
+    Use it with a tiny model (``width: 1``, ``hidden: 8``), whose host work fits
+    in the step."""
+
+    name = "steady_device"
+    summary = "digits whose steps last a fixed per-precision device time (test only)"
+    device_s = {"float32": 0.020, "other": 0.010}
+
+    def build(self, params, seed, device):
+        # One thread: the host work is a few small ops, and OpenMP threads that wait for
+        # each other on a busy machine turn each op into a scheduler tick (10x the step).
+        torch.set_num_threads(1)
+        task = super().build(params, seed, device)
+        step = {"start": 0.0, "device_s": 0.0}
+        augment, loss_fn, make_optimizer = task.augment, task.loss_fn, task.make_optimizer
+
+        def starting(x, y, i):  # called first thing in every training step
+            step["start"] = time.perf_counter()
+            return augment(x, y, i) if augment is not None else (x, y)
+
+        def loss(out, y):
+            step["device_s"] = self.device_s["float32" if out.dtype == torch.float32 else "other"]
+            return loss_fn(out, y)
+
+        def optimizer(parameters):
+            opt = make_optimizer(parameters)
+            update = opt.step
+
+            def step_then_wait(*args, **kwargs):
+                result = update(*args, **kwargs)
+                time.sleep(max(0.0, step["start"] + step["device_s"] - time.perf_counter()))
+                return result
+
+            opt.step = step_then_wait
+            return opt
+
+        task.augment, task.loss_fn, task.make_optimizer = starting, loss, optimizer
+        return task
+
+
+steady_device = SteadyDevice()

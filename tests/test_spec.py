@@ -68,6 +68,12 @@ def test_explicit_default_param_gives_same_id(write_suite):
         ("- just\n- a list\n", "expected a mapping of suite fields"),
         ("name: t\nworkloads: [{workload: 'fault_workloads:not_a_workload'}]\n", "lacks the workload protocol"),
         ("name: t\nworkloads: [{workload: 'no_such_pkg.mod:thing'}]\n", "does not import: ModuleNotFoundError"),
+        ("name: t\nprecisions: [fp32, bf16]\ninject_slowdown: {fp16: 0.05}\nworkloads: [{workload: digits}]\n",
+         "`inject_slowdown` names fp16, which no entry trains (the suite trains bf16, fp32)"),
+        ("name: t\ninject_slowdown: {bf16: 1.5}\nworkloads: [{workload: digits}]\n",
+         "inject_slowdown.bf16: Input should be less than or equal to 1"),
+        ("name: t\ninject_slowdown: {all: 0.1}\nworkloads: [{command: [python, job.py], id: job}]\n",
+         "the command entry 'job' trains itself"),
     ],
 )
 def test_bad_suites_give_one_line_naming_file_and_field(write_suite, text, expected):
@@ -197,3 +203,15 @@ def test_a_mistyped_policy_name_lists_the_shipped_ones(write_suite):
     assert "mine/policy.yaml: expected an existing policy file, not found" in str(info.value)
     assert str(POLICY_DIR) not in str(info.value)
 
+
+
+def test_an_injected_slowdown_changes_only_the_slowed_runs_ids():
+    plain = parse_suite({"name": "t", "precisions": ["fp32", "bf16"], "workloads": [{"workload": "digits"}]})
+    slowed = plain.model_copy(update={"inject_slowdown": {"bf16": 0.05}})
+    before, after = expand(plain, "cpu"), expand(slowed, "cpu")
+    assert [r.injected_slowdown for r in after] == [0.0, 0.05]
+    assert before[0].run_id == after[0].run_id and before[1].run_id != after[1].run_id
+    # Not written where not set: results of ordinary runs keep their bytes.
+    assert "injected_slowdown" not in before[1].model_dump_json()
+    every = plain.model_copy(update={"inject_slowdown": {"all": 0.1}})
+    assert [r.injected_slowdown for r in expand(every, "cpu")] == [0.1, 0.1]

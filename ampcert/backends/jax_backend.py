@@ -210,6 +210,8 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
             params, opt_state, state, scale_state, loss, finite_grads = step_jit(
                 params, opt_state, state, scaling.state, lr_table[step - 1], x, y)
             jax.block_until_ready((params, loss))
+            if spec.injected_slowdown and compile_s is not None:  # fault injection, past the compiling step
+                loop.hold_step(spec.injected_slowdown, t0)
             elapsed = time.perf_counter() - t0
             if compile_s is None:
                 compile_s = elapsed  # trace + compile + the first step

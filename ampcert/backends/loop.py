@@ -13,6 +13,7 @@ import multiprocessing
 import random
 import resource
 import sys
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -168,6 +169,19 @@ def stream_size(train_data: Any) -> int | None:
         return len(train_data.dataset)
     except (AttributeError, TypeError):
         return None
+
+
+def hold_step(fraction: float, started: float) -> None:
+    """Fault injection (a suite's ``inject_slowdown``): hold the step that began at
+    ``started`` (``time.perf_counter()``) for ``fraction`` of the time it took so far.
+
+    A busy wait, not a sleep: a real slowdown is work, and a sleep of a small step's
+    5% overshoots by a scheduler tick and frees the core for the other runs. On CUDA
+    the caller synchronises first, so that the fraction is of the step's device time."""
+    now = time.perf_counter()
+    deadline = now + fraction * (now - started)
+    while time.perf_counter() < deadline:
+        pass
 
 
 def step_time_stats(seconds: list[float], method: str) -> StepTimes | None:

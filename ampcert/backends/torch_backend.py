@@ -329,7 +329,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         for _ in range(window):
             step += 1
             tok = clock.start()
-            t_data = time.perf_counter()
+            t_step = t_data = time.perf_counter()
             if batches is not None:
                 idx = torch.from_numpy(next(batches))
                 x, y = task.train_x[idx], task.train_y[idx]
@@ -367,6 +367,9 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
             if scheduler is not None:
                 scheduler.step()
             losses.append(loss.detach().float())
+            if spec.injected_slowdown:  # fault injection: this precision's path made slower on purpose
+                _sync(device)
+                loop.hold_step(spec.injected_slowdown, t_step)
             clock.stop(tok)
         _sync(device)
         train_s += time.perf_counter() - t_window

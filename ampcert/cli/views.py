@@ -405,7 +405,8 @@ def print_history_gate(console: Console, result) -> None:
     # fit (each regression's line below names its night).
     print_table(console, [Col("subject", whole=True), Col("metric"), Col("nights", "right"), Col("status"),
                           Col("value", "right"), Col("change", "right"), Col("since", spare=True)],
-                [[r.subject, r.metric, str(r.nights), status_cell(r.status), formats.figure(r.metric, r.value),
+                [[r.subject, r.metric, str(r.nights),
+                  status_cell(r.status) if r.gated else f"{r.status} (not gated)", formats.figure(r.metric, r.value),
                   formats.change(r.change) if r.change is not None else "", r.change_night or ""] for r in result.rows],
                 hide_blank=True)
     if result.regressions:
@@ -415,5 +416,7 @@ def print_history_gate(console: Console, result) -> None:
                           markup=False, highlight=False, soft_wrap=True)
     else:
         console.print("PASS: no regression in the history")
+    for line in result.signals:
+        console.print(f"signal: {line}", markup=False, highlight=False, soft_wrap=True)
     for note in result.notes:
         console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)

@@ -7,25 +7,57 @@ nights moved. Accuracy (``final_metric``) is judged by the paired TOST the
 certification uses as well: the new night's seeds against the per-seed
 medians of the nights before, within the gate's margin for the workload.
 
-The gate FAILs (exit 1) on any REGRESSION row, passes otherwise (exit 0); a
-new night whose suite has no history in the store is bad input (exit 2).
+Each series answers one *question* (:data:`QUESTIONS`), and the gate decides
+each question of a subject on the steadiest signal it has for it, saying which:
+
+- "did the low precision lose its gain": the in-night speed-up over FP32 paired
+  by seed (``paired_speedup_vs_fp32``); the machine's load moves both runs of a
+  pair, so it cancels in the ratio;
+- "did the step get slower": of the throughputs (steady-state
+  ``step_samples_per_s``, whole-run ``samples_per_s``), the one whose
+  night-to-night noise, relative to its level, was lowest in the nights before
+  (the steady state where there are too few nights to tell); the other is shown,
+  not gated. No per-step counter (instructions retired) is recorded: most VMs
+  expose no hardware PMU, so the signals are time-based;
+- accuracy: the paired TOST; every other metric is its own question.
+
+The gate FAILs (exit 1) on any REGRESSION row it gates on, passes otherwise
+(exit 0); a new night whose suite has no history in the store is bad input
+(exit 2).
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ampcert import formats
 from ampcert.envinfo import software_stack, stack_changes
 from ampcert.errors import UserError
-from ampcert.history.changepoints import DEFAULT_MIN_EFFECT, DEFAULT_WINDOW, judge
+from ampcert.history.changepoints import DEFAULT_MIN_EFFECT, DEFAULT_WINDOW, judge, noise_sigma
 from ampcert.history.records import Night
 from ampcert.history.store import Store
 from ampcert.vocabulary import Status
 
 TOST_HISTORY_NIGHTS = 7
+# Nights of history before a signal's own noise is trusted to choose between signals.
+MIN_NIGHTS_TO_CHOOSE = 5
+
+#: The question each metric answers; a question with several metrics is decided by the
+#: steadiest of them (:func:`_steadiest`), listed here in the order preferred when the
+#: history is too short to measure their noise.
+QUESTIONS: dict[str, tuple[str, ...]] = {
+    "gain": ("paired_speedup_vs_fp32",),
+    "speed": ("step_samples_per_s", "samples_per_s"),
+    "time to target": ("time_to_target_s",),
+    "accuracy": ("final_metric",),
+    "memory": ("peak_memory_bytes",),
+    "energy": ("energy_j_per_sample",),
+    "loss scaling": ("scaler_skips",),
+    "failures": ("failed_runs",),
+}
+QUESTION_OF = {metric: q for q, metrics in QUESTIONS.items() for metric in metrics}
 
 
 @dataclass
@@ -40,6 +72,10 @@ class SeriesRow:
     change_points: list[str]       # created_at of every change point's night
     test: str
     detail: str = ""
+    question: str = ""
+    # Whether this row decides the verdict: the steadiest signal of its question
+    # (a REGRESSION in a row that does not gate is shown, not failed on).
+    gated: bool = True
     # The series the row judged, oldest first (the new night last): for the page and the JSON.
     night_dates: list[str] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
@@ -55,10 +91,12 @@ class HistoryGate:
     in_store: bool
     rows: list[SeriesRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Per subject and question with a choice, which signal decided it and why.
+    signals: list[str] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[SeriesRow]:
-        return [r for r in self.rows if r.status == "REGRESSION"]
+        return [r for r in self.rows if r.status == "REGRESSION" and r.gated]
 
     @property
     def status(self) -> Status:
@@ -86,9 +124,7 @@ def _tost_row(subject: str, history: list[list[float]], new: list[float], higher
         status = base.status if base.status == "REGRESSION" else "INCONCLUSIVE"
     detail = (f"paired TOST vs the median of {len(previous)} nights per seed: {tost.mean_diff:+.4g}, 90% CI "
               f"[{tost.ci_low:+.4g}, {tost.ci_high:+.4g}], margin ±{margin:g}")
-    return SeriesRow(subject, base.metric, base.nights, status, base.value, base.change, base.change_night,
-                     base.change_points, base.test + "; " + detail.split(":")[0], detail, base.night_dates,
-                     base.values, base.change_indices)
+    return replace(base, status=status, test=base.test + "; " + detail.split(":")[0], detail=detail)
 
 
 def gate_night(store: Store, night: Night, *, window: int = DEFAULT_WINDOW, min_effect: float = DEFAULT_MIN_EFFECT,
@@ -111,9 +147,13 @@ def gate_night(store: Store, night: Night, *, window: int = DEFAULT_WINDOW, min_
             result.notes.append(f"environment differs from the night before ({before[-1].created_at}): "
                                 f"{'; '.join(changed)}")
     margins = accuracy_margins or {}
+    histories = {(p.subject, p.metric): [s for s in store.series(night.suite, night.machine, p.subject, p.metric)
+                                         if s.digest != night.digest and s.created_at <= night.created_at]
+                 for p in night.points}
+    gating = _gating_signals(night, {key: [s.value for s in series] for key, series in histories.items()},
+                             result.signals)
     for p in night.points:
-        series = [s for s in store.series(night.suite, night.machine, p.subject, p.metric)
-                  if s.digest != night.digest and s.created_at <= night.created_at]
+        series = histories[(p.subject, p.metric)]
         values = [s.value for s in series] + [p.value]
         stamps = [s.created_at for s in series] + [night.created_at]
         verdict = judge(values, p.higher_is_better, window=window, min_effect=min_effect)
@@ -122,12 +162,44 @@ def gate_night(store: Store, night: Night, *, window: int = DEFAULT_WINDOW, min_
                         stamps[verdict.at] if verdict.at is not None else None,
                         [stamps[c] for c in verdict.change_points],
                         f"PELT (ruptures, l2), last {window} nights, min effect {min_effect:.0%}",
-                        night_dates=stamps, values=values, change_indices=verdict.change_points)
+                        night_dates=stamps, values=values, change_indices=verdict.change_points,
+                        question=QUESTION_OF.get(p.metric, p.metric))
+        row.gated = gating[(p.subject, row.question)] == p.metric
         if p.metric == "final_metric":
             margin = margins.get(p.subject.workload, margins.get("*", 0.02))
             row = _tost_row(label, [s.samples for s in series], p.samples, p.higher_is_better, margin, row)
         result.rows.append(row)
     return result
+
+
+def relative_noise(values: list[float]) -> float | None:
+    """A series' night-to-night noise relative to its level (None: too few nights to tell)."""
+    if len(values) < MIN_NIGHTS_TO_CHOOSE:
+        return None
+    level = abs(statistics.median(values))
+    return noise_sigma(values) / level if level else None
+
+
+def _gating_signals(night: Night, histories: dict[tuple[Any, str], list[float]], said: list[str]) -> dict[Any, str]:
+    """(subject, question) -> the metric that decides it: the one whose nights before
+    were steadiest, relative to their level. Writes one line per real choice to ``said``."""
+    chosen: dict[Any, str] = {}
+    present: dict[Any, list[str]] = {}
+    for p in night.points:
+        present.setdefault((p.subject, QUESTION_OF.get(p.metric, p.metric)), []).append(p.metric)
+    for (subject, question), metrics in present.items():
+        order = [m for m in QUESTIONS.get(question, (question,)) if m in metrics] or metrics
+        noise = {m: relative_noise(histories.get((subject, m), [])) for m in order}
+        measured = {m: n for m, n in noise.items() if n is not None}
+        best = min(measured, key=lambda m: measured[m]) if len(measured) == len(order) else order[0]
+        chosen[(subject, question)] = best
+        if len(order) > 1:
+            why = (", ".join(f"{m} {n:.1%}" for m, n in measured.items())
+                   if len(measured) == len(order) else
+                   f"fewer than {MIN_NIGHTS_TO_CHOOSE} nights before to measure their noise: the preferred one")
+            said.append(f"{subject} {question}: gated on {best} (night-to-night noise: {why}); time-based, "
+                        "no per-step counter recorded")
+    return chosen
 
 
 def to_markdown(gate: HistoryGate) -> str:
@@ -136,10 +208,12 @@ def to_markdown(gate: HistoryGate) -> str:
              f"suite `{gate.suite}` on `{gate.machine}`, night {gate.night}, store `{gate.store}`", "",
              "| subject | metric | nights | status | value | change | since |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in gate.rows:
-        status = f"**{r.status}**" if r.status == "REGRESSION" else r.status
+        status = f"**{r.status}**" if r.status == "REGRESSION" and r.gated else r.status
+        status += "" if r.gated else " (not gated)"
         change = formats.change(r.change) if r.change is not None else ""
         lines.append(f"| {r.subject} | {r.metric} | {r.nights} | {status} | {formats.figure(r.metric, r.value)} | {change} | "
                      f"{r.change_night or ''} |")
+    lines += ["", *(f"_signal: {n}_" for n in gate.signals)] if gate.signals else []
     lines += ["", *(f"_note: {n}_" for n in gate.notes)] if gate.notes else []
     return "\n".join(lines) + "\n"
 
@@ -159,15 +233,17 @@ figure { margin: 1.5rem 0; } svg { max-width: 100%; height: auto; }
 <p>Suite <b>{{ gate.suite }}</b> on <b>{{ gate.machine }}</b>, night {{ gate.night }}
 {%- if not gate.in_store %} (not yet in the store){% endif %}; store {{ gate.store }}.
 A series regresses when a change point (ruptures' PELT) falls within its newest nights and the new level
-is worse; accuracy is judged by paired TOST against the nights before.</p>
+is worse; accuracy is judged by paired TOST against the nights before. Each question is decided by its
+steadiest signal; the others are shown, not gated.</p>
 <div class="scroll"><table><tr><th>subject</th><th>metric</th><th>nights</th><th>status</th><th>value</th>
 <th>change</th><th>since</th><th>change points</th></tr>
 {% for r in gate.rows %}<tr><td>{{ r.subject }}</td><td>{{ r.metric }}</td><td>{{ r.nights }}</td>
-<td class="{{ r.status }}">{{ r.status }}</td><td>{{ figure(r.metric, r.value) }}</td>
+<td class="{{ r.status if r.gated else '' }}">{{ r.status }}{% if not r.gated %} (not gated){% endif %}</td><td>{{ figure(r.metric, r.value) }}</td>
 <td>{{ change(r.change) if r.change is not none else '' }}</td><td>{{ r.change_night or '' }}</td>
 <td>{{ r.change_points | join(', ') }}</td></tr>
 {% endfor %}</table></div>
-{% for metric, svg in plots %}<figure><figcaption>{{ metric }}</figcaption>{{ svg | safe }}</figure>
+{% for line in gate.signals %}<p>Signal: {{ line }}</p>
+{% endfor %}{% for metric, svg in plots %}<figure><figcaption>{{ metric }}</figcaption>{{ svg | safe }}</figure>
 {% endfor %}</body></html>
 """
 

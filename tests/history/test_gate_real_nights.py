@@ -1,0 +1,93 @@
+"""The history gate on real nights: ``ampcert run`` end to end, night after night.
+
+Each night trains tests/fault_workloads.py's ``steady_device`` (digits with a
+fixed device time per step, 30 ms in fp32 and 15 ms in bf16: a stand-in for
+a GPU whose speed does not drift), in fp32 and bf16 over three seeds, with
+the runs interleaved by seed as every suite's are. Five nights make the
+history. Then two futures branch from it, each three nights long:
+
+- the same code again: the gate passes every night;
+- the suite's ``inject_slowdown: {bf16: 0.05}``: every bf16 step is held 5%
+  longer, FP32 untouched. The gate must flag it within three nights, on the
+  question "did bf16 lose its gain", decided by the in-night paired speed-up.
+
+Nights are dated a day apart, as a nightly job's would be (plan.json's
+``created_at``, which orders them in the store).
+
+The steady device makes a night's paired speed-up steady to ~0.2% even with
+both cores busy (measured while two other processes held them at 100%), so
+the test runs with the parallel tests, not the serial ones. About 80 s, most
+of it asleep.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from ampcert import session
+
+SUITE = {
+    "name": "nightly-real",
+    "device": "cpu",
+    "precisions": ["fp32", "bf16"],
+    "seeds": [0, 1, 2],
+    "train": {"steps": 20, "eval_every": 20},
+    "workloads": [{"workload": "fault_workloads:steady_device", "id": "steady",
+                   "params": {"width": 1, "hidden": 8, "batch_size": 8}}],
+}
+HISTORY, FUTURE = 5, 3
+
+
+def night(root, day: int, branch: str, slowdown: float = 0.0):
+    suite = dict(SUITE, **({"inject_slowdown": {"bf16": slowdown}} if slowdown else {}))
+    path = root / f"{branch}-{day}.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    folder = root / f"{branch}-night-{day:02d}"
+    done = session.run_suite(path, out=folder)
+    assert all(r.status == "completed" for r in done.results.runs), [r.reason for r in done.results.runs]
+    plan_file = folder / "plan.json"
+    plan = json.loads(plan_file.read_text())
+    plan["created_at"] = f"2026-10-{day + 1:02d}T02:00:00+00:00"
+    plan_file.write_text(json.dumps(plan))
+    return folder
+
+
+def gate_then_add(folder, store):
+    result = session.gate_history(folder, store=store)
+    session.history_add([folder], store=store)
+    return result
+
+
+@pytest.mark.timeout(600)
+def test_a_5_percent_bf16_slowdown_is_flagged_within_3_real_nights_and_the_same_code_passes(tmp_path):
+    history = [night(tmp_path, day, "history") for day in range(HISTORY)]
+    same, slowed = str(tmp_path / "same.sqlite"), str(tmp_path / "slowed.sqlite")
+    for store in (same, slowed):
+        session.history_add(history, store=store)
+
+    for day in range(HISTORY, HISTORY + FUTURE):
+        result = gate_then_add(night(tmp_path, day, "same"), same)
+        assert result.status == "PASS", [(r.subject, r.metric, r.change) for r in result.regressions]
+        gain = [r for r in result.rows if r.question == "gain"]
+        assert [(r.status, r.gated, r.nights) for r in gain] == [("OK", True, day + 1)]  # judged, not SHORT
+
+    flagged = []
+    for day in range(HISTORY, HISTORY + FUTURE):
+        result = gate_then_add(night(tmp_path, day, "slowed", slowdown=0.05), slowed)
+        flagged.append(result)
+        if result.status == "FAIL":
+            break
+    last = flagged[-1]
+    assert last.status == "FAIL", "a 5% bf16 slowdown was not flagged within 3 nights"
+    gain = [r for r in last.regressions if r.question == "gain"]
+    assert [(r.subject, r.metric) for r in gain] == [("steady/torch/native/bf16", "paired_speedup_vs_fp32")]
+    assert -0.08 < gain[0].change < -0.03, gain[0].change  # 1/1.05 - 1 = -4.8%
+    # FP32 ran the same code every night: none of its series moved.
+    assert not [r for r in last.regressions if r.subject.endswith("/fp32")]
+    # The report of a slowed night says so.
+    summary = json.loads((tmp_path / f"slowed-night-{HISTORY:02d}" / "summary.json").read_text())
+    notes = {g["precision"]: g["note"] for g in summary["groups"]}
+    assert notes["fp32"] is None and "slowed 5% on purpose" in notes["bf16"]
