@@ -278,6 +278,7 @@ def dump_plan_table(runs: list[RunSpec]) -> list[dict[str, Any]]:
         {"run_id": r.run_id, "workload": r.label, "precision": r.precision, "amp": r.amp,
          "seed": r.seed, "device": r.device, "steps": r.step_limit,
          "target": r.target, "accelerated": r.accelerated,
-         "note": ("skipped: " if r.skip_reason else "") + ("" if r.accelerated else "not accelerated")}
+         "note": "; ".join(filter(None, [("skipped: " if r.skip_reason else "") + ("" if r.accelerated else "not accelerated"),
+                                         f"slowed {r.injected_slowdown:.0%} on purpose" if r.injected_slowdown else ""]))}
         for r in runs
     ]
