@@ -140,6 +140,10 @@ def test_installed_wheel_from_an_empty_folder(installed, tmp_path):
                                                       "tiny.yaml"]
 
 
+# ~2 min on 2 idle AVX512-BF16 cores; 9 min 25 s alone on 2 AVX2-only cores (AMD EPYC), where bf16
+# is emulated (gpt bf16 at 0.09x fp32), and over 10 min there beside the other tests (CI's
+# parallel phase): the limit is for a hung run, not a speed figure.
+@pytest.mark.timeout(1800)
 def test_the_shipped_smoke_suite_by_name_from_an_empty_folder(installed, tmp_path):
     """The README's main job as a user runs it: `ampcert run smoke`, the suite the wheel
     carries, found by name from an empty folder, ends in a certificate that passes."""
@@ -147,7 +151,7 @@ def test_the_shipped_smoke_suite_by_name_from_an_empty_folder(installed, tmp_pat
     assert "smoke" in [s["name"] for s in json.loads(listing.stdout)["suites"]]
     shown = _run(installed, tmp_path, "show", "suite", "smoke")
     assert shown.stdout == (REPO / "ampcert" / "suites" / "smoke.yaml").read_text()
-    proc = _run(installed, tmp_path, "run", "smoke", "--out", "out", timeout=600)  # ~2 min on 2 idle cores
+    proc = _run(installed, tmp_path, "run", "smoke", "--out", "out", timeout=1700)
     assert "certificate: PASS" in proc.stdout
     verdicts = json.loads((tmp_path / "out" / "verdicts.json").read_text())
     assert verdicts["status"] == "PASS" and verdicts["rules"]["name"] == "default"
@@ -164,8 +168,8 @@ def test_the_shipped_smoke_suite_by_name_from_an_empty_folder(installed, tmp_pat
         assert r["flops_per_step"] > 0 and r["mfu"] is not None and r["data_info"]
         if not r["accelerated"]:  # never capped (a capped run cannot be certified), and saying so
             assert "not accelerated" in r["capability_note"] and "capped" not in r["capability_note"]
-    # Its wall time (75 s alone on a 2-core AVX512-BF16 CPU) is a figure for the README, not an
-    # assertion: a timed test fails on a loaded or an AVX2-only runner, where bf16 is emulated.
+    # Its wall time is a figure for the README, not an assertion: a timed test fails on a
+    # loaded or an AVX2-only runner, where bf16 is emulated.
 
 
 def test_shipped_data_matches_the_checkout(installed, tmp_path):
