@@ -10,8 +10,9 @@ p = 0.0002. Then two futures branch from it, each three nights long:
 
 - the same code again: the gate passes every night;
 - the suite's ``inject_slowdown: {bf16: 0.05}``: every bf16 step is held 5%
-  longer, FP32 untouched. The gate must flag it within three nights, on the
-  question "did bf16 lose its gain", decided by the in-night paired speed-up.
+  longer, FP32 untouched. The gate must flag it within three nights, on bf16
+  alone: as a lost gain (the in-night paired speed-up) or a slower bf16 step
+  (its steadiest throughput), whichever moves past the noise first.
 
 Nights are dated a day apart, as a nightly job's would be (plan.json's
 ``created_at``, which orders them in the store).
@@ -84,11 +85,13 @@ def test_a_5_percent_bf16_slowdown_is_flagged_within_3_real_nights_and_the_same_
             break
     last = flagged[-1]
     assert last.status == "FAIL", "a 5% bf16 slowdown was not flagged within 3 nights"
-    gain = [r for r in last.regressions if r.question == "gain"]
-    assert [(r.subject, r.metric) for r in gain] == [("steady/torch/native/bf16", "paired_speedup_vs_fp32")]
-    assert -0.08 < gain[0].change < -0.03, gain[0].change  # 1/1.05 - 1 = -4.8%
-    # FP32 ran the same code every night: none of its series moved.
-    assert not [r for r in last.regressions if r.subject.endswith("/fp32")]
+    # Flagged as what it is: bf16 lost part of its gain (the paired speed-up), or bf16's
+    # step got slower (its steadiest throughput), by about 1/1.05 - 1 = -4.8%. FP32 ran
+    # the same code every night: none of its series moved.
+    flagged_rows = [(r.subject, r.question) for r in last.regressions]
+    assert set(flagged_rows) <= {("steady/torch/native/bf16", "gain"), ("steady/torch/native/bf16", "speed")}, \
+        flagged_rows
+    assert all(-0.10 < r.change < -0.02 for r in last.regressions), [r.change for r in last.regressions]
     # The report of a slowed night says so.
     summary = json.loads((tmp_path / f"slowed-night-{HISTORY:02d}" / "summary.json").read_text())
     notes = {g["precision"]: g["note"] for g in summary["groups"]}
