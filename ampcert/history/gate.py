@@ -45,7 +45,7 @@ TOST_HISTORY_NIGHTS = 7
 MIN_NIGHTS_TO_CHOOSE = 5
 
 #: The question each metric answers; a question with several metrics is decided by the
-#: steadiest of them (:func:`_steadiest`), listed here in the order preferred when the
+#: steadiest of them (:func:`_gating_signals`), listed here in the order preferred when the
 #: history is too short to measure their noise.
 QUESTIONS: dict[str, tuple[str, ...]] = {
     "gain": ("paired_speedup_vs_fp32",),
