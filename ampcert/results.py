@@ -32,7 +32,7 @@ import json
 import os
 import stat
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -66,6 +66,7 @@ class FailureKind(str, Enum):
     ERROR = "error"                # an exception in the training code
     TIMEOUT = "timeout"            # the run exceeded its time limit and was stopped
     WORKER_LOST = "worker_lost"    # the worker process died without writing a result
+    OUT_OF_MEMORY = "out_of_memory"  # the device's memory could not hold the run at its batch
 
 
 class _Model(BaseModel):
@@ -529,9 +530,12 @@ class ResultSet:
 
     root: Path
     suite_name: str
-    plan: list[RunSpec]
+    plan: list[RunSpec]  # the certified matrix: what every view of speed, accuracy and verdicts reads
     runs: list[RunResult]
     missing: list[str]
+    # The memory sweep's runs (RunSpec.is_memory_sweep) apart: their peak is their result (memory.py).
+    memory_runs: list[RunResult] = field(default_factory=list)
+    memory_missing: list[str] = field(default_factory=list)
 
     def frame(self) -> pd.DataFrame:
         """One row per run with the headline numbers, for tables and dashboards."""
@@ -584,12 +588,13 @@ def load(root: str | Path) -> ResultSet:
         raise UserError(f"{rd.root}: results folder not found")
     plan = rd.read_plan()
     specs = plan.my_runs()  # a shard's folder answers for its own runs only
-    runs: list[RunResult] = []
-    missing: list[str] = []
+    found: dict[bool, tuple[list[RunResult], list[str]]] = {False: ([], []), True: ([], [])}
     for spec in specs:
         result = rd.read_result(spec.run_id)
+        runs, missing = found[spec.is_memory_sweep]
         if result is None:
             missing.append(spec.run_id)
         else:
             runs.append(result)
-    return ResultSet(rd.root, plan.suite, specs, runs, missing)
+    return ResultSet(rd.root, plan.suite, [s for s in specs if not s.is_memory_sweep], *found[False],
+                     memory_runs=found[True][0], memory_missing=found[True][1])

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    ByteSize,
     ConfigDict,
     Field,
     PositiveInt,
@@ -219,6 +220,29 @@ class Fp8(_Strict):
     record_every: PositiveInt = 10
 
 
+class MemorySweep(_Strict):
+    """The suite's memory sweep (``memory:``): for each workload entry and
+    precision, short runs at each of ``batch_sizes`` (seed 0 of the suite's
+    seeds, ``steps`` training steps, the first of them left out of the peak
+    where the device can leave it out: on CUDA) whose peak memory
+    is fitted against the batch: fixed bytes plus bytes per sample. The fit
+    gives the largest batch that fits each of ``budgets`` (``24GiB``,
+    ``80GB``, ``512MiB``; none: the device's own memory). Sweep runs never
+    enter the certificate or the speed tables (ampcert/memory.py)."""
+
+    batch_sizes: list[PositiveInt] = Field(min_length=3)
+    budgets: list[ByteSize] = Field(default_factory=list)
+    steps: int = Field(default=4, ge=2, le=1000)
+
+    @model_validator(mode="after")
+    def _check(self) -> MemorySweep:
+        if len(set(self.batch_sizes)) != len(self.batch_sizes):
+            raise ValueError(f"`memory.batch_sizes` lists a size twice: {self.batch_sizes}")
+        if any(b <= 0 for b in self.budgets):
+            raise ValueError("`memory.budgets`: a budget must be more than 0 bytes")
+        return self
+
+
 class SlurmOptions(_Strict):
     """Where ``ampcert run --executor slurm`` submits the suite's job arrays
     (command-line options win over these). Not part of any run's identity:
@@ -343,6 +367,8 @@ class Suite(_Strict):
     # (0.05: 5% slower). Part of each run's identity; reports say so (docs/suites.md).
     inject_slowdown: dict[Literal[Precision, "all"], Annotated[float, Field(gt=0, le=1)]] = Field(
         default_factory=dict)
+    # A memory sweep: peak memory against batch size per entry and precision (MemorySweep).
+    memory: MemorySweep | None = None
     workloads: list[WorkloadEntry] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -372,6 +398,10 @@ class Suite(_Strict):
         if self.unaccelerated == "cap" and self.unaccelerated_max_steps is None:
             raise ValueError("`unaccelerated: cap` needs `unaccelerated_max_steps`")
         self._check_injection()
+        jobs = [e.label for e in self.workloads if e.command is not None]
+        if self.memory is not None and jobs:
+            raise ValueError(f"`memory` sweeps the batch of ampcert's own workloads; the command entry {jobs[0]!r} "
+                             "sets its own batch")
         if self.backend == "jax" and self.amp == "native":
             raise ValueError("`backend: jax` needs `amp: ampcert`: JAX has no native autocast to compare with")
         for entry in self.workloads:
@@ -476,6 +506,9 @@ class RunSpec(_Strict):
     # Fault injection (the suite's `inject_slowdown`): each training step held this fraction
     # of its own time longer. (Written only when set, like `command`.)
     injected_slowdown: float = Field(default=0.0, ge=0, le=1, exclude_if=lambda v: not v)
+    # A memory-sweep run (the suite's `memory`): the batch it trains at, instead of the
+    # workload's; its peak memory is its result. (Written only when set.)
+    batch_size: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @model_validator(mode="after")
     def _names_are_file_names(self) -> RunSpec:
@@ -538,13 +571,21 @@ class RunSpec(_Strict):
             ident["command"] = self.command.identity()
         if self.injected_slowdown:  # a slowed run is another run: it never resumes or merges as the real one
             ident["injected_slowdown"] = self.injected_slowdown
+        if self.batch_size is not None:
+            ident["batch_size"] = self.batch_size
         return ident
 
     @property
     def run_id(self) -> str:
         digest = hashlib.sha256(canonical_json(self.identity()).encode()).hexdigest()[:8]
         rep = f"-r{self.repeat}" if self.repeat else ""
-        return f"{self.label}-{self.precision}-{self.amp}-s{self.seed}{rep}-{digest}"
+        batch = f"-b{self.batch_size}" if self.batch_size is not None else ""
+        return f"{self.label}-{self.precision}-{self.amp}-s{self.seed}{rep}{batch}-{digest}"
+
+    @property
+    def is_memory_sweep(self) -> bool:
+        """A run of the suite's memory sweep: its peak memory is its result, not its speed or accuracy."""
+        return self.batch_size is not None
 
 
 # What each backend imports to train, with the name a person would look for,
@@ -753,7 +794,24 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, 
                     **launch,
                 )
             )
+        if suite.memory is not None and job is None:
+            runs.extend(_memory_runs(suite, entry, suite.memory, runs[-1], seeds[0]))
     return runs
+
+
+def _memory_runs(suite: Suite, entry: WorkloadEntry, sweep: MemorySweep, like: RunSpec, seed: int) -> list[RunSpec]:
+    """The entry's memory-sweep runs: each label and precision at each of the sweep's batch
+    sizes, ``sweep.steps`` steps of the first seed, evaluated once at the end (the peak is
+    read before that evaluation)."""
+    budget = TrainBudget(steps=sweep.steps, eval_every=sweep.steps)
+    return [like.model_copy(update={
+                "label": label, "precision": precision, "seed": seed, "repeat": 0, "train": budget,
+                "batch_size": batch, "injected_slowdown": 0.0,
+                "torch_compile": suite.torch_compile if compiled else None,
+                "fp8": suite.fp8_of(entry) if precision in FP8_PRECISIONS else None})
+            for compiled, label in zip(suite.compile_of(entry), suite.labels_of(entry), strict=True)
+            for precision in entry.precisions or suite.precisions
+            for batch in sweep.batch_sizes]
 
 
 def _run_spec(entry: WorkloadEntry, **fields: Any) -> RunSpec:

@@ -223,6 +223,7 @@ def test_runnable_blocks(page, scratch, warm_bin):
 def test_every_suite_field_is_documented():
     from ampcert.spec import (
         Fp8,
+        MemorySweep,
         SlurmOptions,
         Submission,
         Suite,
@@ -234,7 +235,7 @@ def test_every_suite_field_is_documented():
 
     text = (DOCS / "suites.md").read_text()
     for model in (Suite, WorkloadEntry, TrainBudget, TelemetryConfig, Submission, TorchCompile, Fp8,
-                  SlurmOptions):
+                  SlurmOptions, MemorySweep):
         for name in model.model_fields:
             assert f"| `{name}` |" in text, f"{model.__name__}.{name} is not in docs/suites.md"
 

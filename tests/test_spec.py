@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ampcert.errors import UserError
-from ampcert.spec import apply_capabilities, expand, load_suite, parse_suite
+from ampcert.spec import MemorySweep, apply_capabilities, expand, load_suite, parse_suite
 
 GOOD = """
 name: t
@@ -74,6 +74,20 @@ def test_explicit_default_param_gives_same_id(write_suite):
          "inject_slowdown.bf16: Input should be less than or equal to 1"),
         ("name: t\ninject_slowdown: {all: 0.1}\nworkloads: [{command: [python, job.py], id: job}]\n",
          "the command entry 'job' trains itself"),
+        ("name: t\nmemory: {batch_sizes: [16, 32]}\nworkloads: [{workload: digits}]\n",
+         "memory.batch_sizes: List should have at least 3 items"),
+        ("name: t\nmemory: {batch_sizes: [16, 32, 16]}\nworkloads: [{workload: digits}]\n",
+         "`memory.batch_sizes` lists a size twice"),
+        ("name: t\nmemory: {batch_sizes: [16, 32, 64], budgets: [lots]}\nworkloads: [{workload: digits}]\n",
+         "memory.budgets[0]: could not parse value and unit from byte string"),
+        ("name: t\nmemory: {batch_sizes: [16, 32, 64], budgets: [24 GiBs]}\nworkloads: [{workload: digits}]\n",
+         "memory.budgets[0]: could not interpret byte unit: GiBs"),
+        ("name: t\nmemory: {batch_sizes: [16, 32, 0]}\nworkloads: [{workload: digits}]\n",
+         "memory.batch_sizes[2]: Input should be greater than 0"),
+        ("name: t\nmemory: {batch_sizes: [16, 32, 64], steps: 1}\nworkloads: [{workload: digits}]\n",
+         "memory.steps: Input should be greater than or equal to 2"),
+        ("name: t\nmemory: {batch_sizes: [16, 32, 64]}\nworkloads: [{command: [python, job.py], id: job}]\n",
+         "the command entry 'job' sets its own batch"),
     ],
 )
 def test_bad_suites_give_one_line_naming_file_and_field(write_suite, text, expected):
@@ -215,3 +229,18 @@ def test_an_injected_slowdown_changes_only_the_slowed_runs_ids():
     assert "injected_slowdown" not in before[1].model_dump_json()
     every = plain.model_copy(update={"inject_slowdown": {"all": 0.1}})
     assert [r.injected_slowdown for r in expand(every, "cpu")] == [0.1, 0.1]
+
+
+def test_a_memory_sweep_adds_short_runs_at_each_batch_beside_the_matrix():
+    plain = parse_suite({"name": "t", "precisions": ["fp32", "bf16"], "seeds": [3, 4], "train": {"steps": 50},
+                         "workloads": [{"workload": "digits"}]})
+    swept = plain.model_copy(update={"memory": MemorySweep(batch_sizes=[8, 16, 32], budgets=["1GiB"], steps=3)})
+    before, after = expand(plain, "cpu"), expand(swept, "cpu")
+    assert [r.run_id for r in after[:len(before)]] == [r.run_id for r in before]  # the matrix is untouched
+    sweep = after[len(before):]
+    assert [(r.precision, r.batch_size, r.seed, r.train.steps) for r in sweep] == [
+        (p, b, 3, 3) for p in ("fp32", "bf16") for b in (8, 16, 32)]
+    assert all(r.is_memory_sweep and r.run_id.split("-")[-2] == f"b{r.batch_size}" for r in sweep)
+    assert len({r.run_id for r in after}) == len(after)
+    # Not written where not set: results of ordinary runs keep their bytes.
+    assert "batch_size" not in before[0].model_dump(mode="json", exclude={"params"}) and not before[0].is_memory_sweep

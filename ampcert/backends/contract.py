@@ -44,6 +44,11 @@ class NonFiniteLoss(RunFailed):
     about the precision (fp16 without loss scaling is expected to produce one)."""
 
 
+class DoesNotFit(RunFailed):
+    """The device ran out of memory: the run does not fit at its batch (a
+    memory sweep's finding, recorded as a result, never a crash)."""
+
+
 class Unsupported(RunFailed):
     """The workload, the backend and the launcher cannot run this combination
     (a workload without a JAX version, a batch that does not split over the ranks)."""

@@ -120,6 +120,8 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     state = jax.device_put(task.state, jdev)
     opt_state = task.optimizer.init(params)
     stream = loop.train_stream(task)  # None: in memory, drawn by index
+    if spec.batch_size is not None:  # a memory-sweep run trains at the sweep's batch
+        task.batch_size = loop.sweep_batch(spec, stream is not None)
     if stream is None:
         train_x, train_y = np.asarray(task.train_x), np.asarray(task.train_y)
     eval_x, eval_y = np.asarray(task.eval_x), np.asarray(task.eval_y)

@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ampcert import mllog
-from ampcert.backends.contract import NonFiniteLoss, PhaseTimes, RunFailed, TrainOutcome
+from ampcert.backends.contract import (
+    NonFiniteLoss,
+    PhaseTimes,
+    RunFailed,
+    TrainOutcome,
+    Unsupported,
+)
 from ampcert.results import CompileStats, EvalPoint, Fp8Stats, LowestPrecision, Measured, StepTimes
 from ampcert.spec import RunSpec
 from ampcert.workloads import rng
@@ -337,11 +343,24 @@ def target_reached(spec: RunSpec, reached: Reached | None) -> bool | None:
     return None if spec.target is None else reached is not None
 
 
-def host_peak_memory() -> Measured:
+def host_peak_memory(before_eval: bool = False) -> Measured:
     kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     scale = 1 if sys.platform == "darwin" else 1024
-    return Measured(value=float(kib * scale), unit="bytes",
-                    method="peak RSS of the worker process (getrusage ru_maxrss; includes the framework itself)")
+    method = "peak RSS of the worker process (getrusage ru_maxrss; includes the framework itself)"
+    if before_eval:  # a memory sweep's: a high-water mark cannot be reset, so the first step is in it
+        method = ("peak RSS of the worker process over building and training, before any evaluation "
+                  "(getrusage ru_maxrss: includes the framework, the data set and the first step)")
+    return Measured(value=float(kib * scale), unit="bytes", method=method)
+
+
+def sweep_batch(spec: RunSpec, streamed: bool) -> int:
+    """The batch a memory-sweep run trains at; a streamed data set's batches are its loader's."""
+    assert spec.batch_size is not None
+    if streamed:
+        raise Unsupported(f"{spec.workload}: a memory sweep sets the batch size, and this workload streams "
+                          "its training batches from its own loader (train_data): sweep it with its own "
+                          "batch parameter instead")
+    return spec.batch_size
 
 
 def outcome(spec: RunSpec, workload: Workload, batch_size: int, *, steps: int, losses: Sequence[float],

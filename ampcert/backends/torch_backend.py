@@ -37,6 +37,7 @@ from ampcert import mllog
 from ampcert.amp.precision import FP8_PRECISIONS, autocast_precision, dtype_name
 from ampcert.backends import distributed, loop, torch_fp8, torch_precision
 from ampcert.backends.contract import (  # noqa: F401 - RunFailed: part of this module's API
+    DoesNotFit,
     NonFiniteLoss,
     RunFailed,
     TrainOutcome,
@@ -242,6 +243,10 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
                               framework_memory=torch_cuda_memory if cuda else None)
     try:
         return _train(spec, log, progress, tel)
+    except torch.OutOfMemoryError as exc:  # a finding at this batch, not a crash (a memory sweep's point)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory"
+        at = f"batch {spec.batch_size}" if spec.batch_size is not None else "the workload's batch"
+        raise DoesNotFit(f"does not fit: out of {spec.device} memory at {at} ({first})") from exc
     finally:
         tel.close()  # a failed run stops the sampler too
 
@@ -268,6 +273,8 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     task = workload.build(params, spec.seed, device)
     model = task.model
     stream = loop.train_stream(task)  # None: in memory, drawn by index
+    if spec.batch_size is not None:  # a memory-sweep run trains at the sweep's batch
+        task.batch_size = loop.sweep_batch(spec, stream is not None)
     # A streamed task's FLOPs are counted on its first batch, drawn now; its wait
     # is step 1's data time (added to the training and data time below).
     first, first_wait_s = None, 0.0
@@ -320,6 +327,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     log.start(mllog.RUN_START)
     run_start = time.perf_counter()
     step = 0
+    sweep_peak: Measured | None = None
     model.train()
     while step < limit:
         window = min(budget.eval_every, limit - step)
@@ -370,9 +378,14 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
             if spec.injected_slowdown:  # fault injection: this precision's path made slower on purpose
                 _sync(device)
                 loop.hold_step(spec.injected_slowdown, t_step)
+            if spec.is_memory_sweep and step == 1 and device == "cuda":  # the warm-up's peak left out
+                _sync(device)
+                torch.cuda.reset_peak_memory_stats()
             clock.stop(tok)
         _sync(device)
         train_s += time.perf_counter() - t_window
+        if spec.is_memory_sweep and sweep_peak is None:  # training's peak, before any evaluation
+            sweep_peak = _peak_memory(device, after_warmup=True)
         clock.collect()
         log.end(mllog.BLOCK_STOP, metadata=loop.block_metadata(step - window + 1, window, trained))
 
@@ -417,7 +430,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     telemetry, series = loop.stop_telemetry(tel, log, trained)
     log.end(mllog.RUN_STOP, metadata=mllog.run_stop_metadata(budget.target, reached is not None, step))
     all_losses = torch.stack(losses).cpu().tolist()
-    peak_memory, weights_sha256 = _peak_memory(device), weights_digest(model)
+    peak_memory, weights_sha256 = sweep_peak or _peak_memory(device), weights_digest(model)
     environment: dict[str, Any] = {
         "torch": torch.__version__,
         "device_name": torch.cuda.get_device_name() if device == "cuda" else _cpu_name(),
@@ -489,8 +502,11 @@ def _cpu_name() -> str:
     return cpu_info()["model"]
 
 
-def _peak_memory(device: str) -> Measured:
+def _peak_memory(device: str, after_warmup: bool = False) -> Measured:
     if device == "cuda":
-        return Measured(value=float(torch.cuda.max_memory_allocated()), unit="bytes",
-                        method="torch.cuda.max_memory_allocated (tensors only, excludes allocator cache)")
-    return loop.host_peak_memory()
+        method = "torch.cuda.max_memory_allocated (tensors only, excludes allocator cache)"
+        if after_warmup:  # a memory sweep's: the steps after the first, with what the allocator reserved beside it
+            method = ("torch.cuda.max_memory_allocated over the steps after the first (tensors only; "
+                      f"max reserved by the caching allocator {torch.cuda.max_memory_reserved():.0f} bytes)")
+        return Measured(value=float(torch.cuda.max_memory_allocated()), unit="bytes", method=method)
+    return loop.host_peak_memory(before_eval=after_warmup)

@@ -279,6 +279,7 @@ def dump_plan_table(runs: list[RunSpec]) -> list[dict[str, Any]]:
          "seed": r.seed, "device": r.device, "steps": r.step_limit,
          "target": r.target, "accelerated": r.accelerated,
          "note": "; ".join(filter(None, [("skipped: " if r.skip_reason else "") + ("" if r.accelerated else "not accelerated"),
-                                         f"slowed {r.injected_slowdown:.0%} on purpose" if r.injected_slowdown else ""]))}
+                                         f"slowed {r.injected_slowdown:.0%} on purpose" if r.injected_slowdown else "",
+                                         f"memory sweep at batch {r.batch_size}" if r.is_memory_sweep else ""]))}
         for r in runs
     ]

@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from ampcert import mllog
-from ampcert.backends.contract import NonFiniteLoss, RunFailed, TrainOutcome, Unsupported
+from ampcert.backends.contract import (
+    DoesNotFit,
+    NonFiniteLoss,
+    RunFailed,
+    TrainOutcome,
+    Unsupported,
+)
 from ampcert.errors import UserError, WriteFailed
 from ampcert.results import FailureKind, Phases, ResultsDir, RunResult, atomic_write_json
 from ampcert.runner.procs import STOP_SIGNALS
@@ -74,6 +80,7 @@ def exit_with(pid: int, interval_s: float = 0.2) -> None:
 # anything else is an error in the training code.
 FAILURE_KINDS: tuple[tuple[type[Exception], FailureKind], ...] = (
     (NonFiniteLoss, FailureKind.NON_FINITE),
+    (DoesNotFit, FailureKind.OUT_OF_MEMORY),
     (Unsupported, FailureKind.UNSUPPORTED),
     (RunFailed, FailureKind.ERROR),
     (UserError, FailureKind.BAD_INPUT),

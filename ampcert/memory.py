@@ -1,0 +1,212 @@
+"""What each precision lets a team fit: peak memory against batch size, fitted.
+
+A suite's ``memory:`` sweep (:class:`ampcert.spec.MemorySweep`) trains each
+workload entry and precision for a few steps at three or more batch sizes.
+Per subject, this module fits the measured peaks with a straight line,
+
+    peak(batch) = fixed_bytes + bytes_per_sample * batch
+
+(ordinary least squares, ``scipy.stats.linregress``), keeps its residuals and
+standard errors, and answers the capacity question with it: the largest batch
+whose predicted peak stays within each memory budget (the suite's
+``budgets``, or else the device's own memory), and how much memory per
+sample a low precision saves against FP32, with an interval.
+
+A run that ran out of device memory is a finding, not a gap: it is listed as
+"does not fit at batch N" and left out of the fit. What a peak includes is
+the runs' own measurement method (on CUDA the allocator's tensors after the
+first step; on a CPU the worker's peak RSS, framework and data set
+included), carried into every fit so that a reader knows what was fitted.
+
+On a CPU, autocast keeps bf16 copies of the weights beside the FP32 ones and
+casts activations per op, so bf16 may cost memory rather than save it; the
+fit says so when it does, instead of assuming the saving.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from scipy import stats
+
+from ampcert.aggregate import REFERENCE, TABLE_ORDER, group_key
+from ampcert.results import FailureKind, RunResult
+from ampcert.vocabulary import Subject
+
+# The interval on the saving per sample: two-sided, at this level.
+LEVEL = 0.90
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MemoryPoint(_Model):
+    batch: int
+    peak_bytes: float
+    run_id: str
+    residual_bytes: float = Field(description="measured peak minus the fitted line's")
+
+
+class DoesNotFit(_Model):
+    batch: int
+    run_id: str
+    reason: str
+
+
+class BudgetFit(_Model):
+    budget_bytes: int
+    source: str = Field(description="'suite' (the suite's memory.budgets) or 'device' (its own memory)")
+    largest_batch: int | None = Field(description="the largest batch whose fitted peak fits; None: see note")
+    note: str = ""
+
+
+class Saving(_Model):
+    """Memory per sample saved against FP32: ``1 - bytes_per_sample / fp32's``."""
+
+    fraction: float
+    interval: list[float] | None = Field(description=f"{LEVEL:.0%} interval (delta method on the two slopes)")
+    note: str = ""
+
+
+class MemoryFit(_Model):
+    subject: Subject
+    method: str = Field(description="what each peak includes (the runs' measurement)")
+    points: list[MemoryPoint]
+    does_not_fit: list[DoesNotFit] = Field(default_factory=list)
+    fixed_bytes: float | None = None
+    bytes_per_sample: float | None = None
+    fixed_stderr: float | None = None
+    per_sample_stderr: float | None = None
+    max_residual_share: float | None = Field(
+        default=None, description="the largest |residual| over its measured peak")
+    budgets: list[BudgetFit] = Field(default_factory=list)
+    saving: Saving | None = None
+    note: str = ""
+
+    def predict(self, batch: int) -> float | None:
+        """The fitted peak at ``batch``, in bytes (None without a fit)."""
+        if self.fixed_bytes is None or self.bytes_per_sample is None:
+            return None
+        return self.fixed_bytes + self.bytes_per_sample * batch
+
+    def largest_batch(self, budget_bytes: float) -> int | None:
+        """The largest batch whose fitted peak is at most ``budget_bytes`` (None: no fit, no
+        growth with the batch, or not even batch 1 fits)."""
+        if self.fixed_bytes is None or self.bytes_per_sample is None or self.bytes_per_sample <= 0:
+            return None
+        batch = math.floor((budget_bytes - self.fixed_bytes) / self.bytes_per_sample)
+        return batch if batch >= 1 else None
+
+
+def device_memory(environment: dict[str, Any] | None, device: str) -> int | None:
+    """The device's own memory from a folder's environment fingerprint: the first GPU's
+    (CUDA) or the host's (CPU); None where it was not recorded."""
+    env = environment or {}
+    if device == "cuda":
+        devices = (env.get("gpu") or {}).get("devices") or []
+        value = devices[0].get("memory_bytes") if devices else None
+    else:
+        value = (env.get("cpu") or {}).get("memory_bytes")
+    return int(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def fit_sweep(runs: Iterable[RunResult], budgets: Iterable[int] = (), device_bytes: int | None = None
+              ) -> list[MemoryFit]:
+    """One fit per subject of a folder's memory-sweep runs, in table order, each with the
+    largest batch per budget (the suite's ``budgets``, else ``device_bytes``) and, for a low
+    precision, its saving per sample against FP32 where FP32 was swept too."""
+    groups: dict[Subject, list[RunResult]] = {}
+    for r in runs:
+        groups.setdefault(group_key(r), []).append(r)
+    wanted = [(int(b), "suite") for b in budgets] or ([(device_bytes, "device")] if device_bytes else [])
+    fits = {subject: _fit(subject, group, wanted) for subject, group in groups.items()}
+    for subject, fit in fits.items():
+        ref = fits.get(subject.with_precision(REFERENCE))
+        if subject.precision != REFERENCE and ref is not None:
+            fit.saving = _saving(fit, ref)
+            if fit.saving is not None and fit.saving.note:
+                fit.note = "; ".join(filter(None, [fit.note, fit.saving.note]))
+    order = {p: i for i, p in enumerate(TABLE_ORDER)}
+    return [fits[s] for s in sorted(fits, key=lambda s: (s.workload, s.backend, s.amp,
+                                                          order.get(s.precision, len(order)), s.precision))]
+
+
+def _fit(subject: Subject, runs: list[RunResult], budgets: list[tuple[int, str]]) -> MemoryFit:
+    measured = sorted(((r.spec.batch_size or 0, r) for r in runs
+                       if r.status == "completed" and r.peak_memory is not None), key=lambda t: t[0])
+    too_big = sorted((DoesNotFit(batch=r.spec.batch_size or 0, run_id=r.run_id, reason=r.reason or "")
+                      for r in runs if r.failure == FailureKind.OUT_OF_MEMORY), key=lambda d: d.batch)
+    failed = [r for r in runs if r.status != "completed" and r.failure != FailureKind.OUT_OF_MEMORY]
+    methods = sorted({r.peak_memory.method for _, r in measured if r.peak_memory is not None})
+    fit = MemoryFit(subject=subject, method="; ".join(methods), does_not_fit=too_big, points=[])
+    notes = [f"does not fit at batch {d.batch}" for d in too_big]
+    notes += [f"batch {r.spec.batch_size} failed: {r.reason}" for r in failed]
+    batches = [float(b) for b, _ in measured]
+    peaks = [r.peak_memory.value for _, r in measured if r.peak_memory is not None]
+    if len(set(batches)) < 2:
+        fit.points = [MemoryPoint(batch=int(b), peak_bytes=p, run_id=r.run_id, residual_bytes=0.0)
+                      for (b, r), p in zip(measured, peaks, strict=True)]
+        fit.note = "; ".join(notes + [f"{len(measured)} batch size(s) measured: a line needs two or more"])
+        return fit
+    line = stats.linregress(batches, peaks)
+    fit.fixed_bytes, fit.bytes_per_sample = float(line.intercept), float(line.slope)
+    if len(batches) > 2:  # with two points the line passes through both: no error to estimate
+        fit.fixed_stderr, fit.per_sample_stderr = float(line.intercept_stderr), float(line.stderr)
+    fit.points = [MemoryPoint(batch=int(b), peak_bytes=p, run_id=r.run_id,
+                              residual_bytes=p - (fit.fixed_bytes + fit.bytes_per_sample * b))
+                  for (b, r), p in zip(measured, peaks, strict=True)]
+    fit.max_residual_share = max(abs(p.residual_bytes) / p.peak_bytes for p in fit.points)
+    if fit.bytes_per_sample <= 0:
+        notes.append("the peak does not grow with the batch over the sizes swept: sweep larger batches")
+    for budget, source in budgets:
+        fit.budgets.append(_budget(fit, budget, source))
+    fit.note = "; ".join(notes)
+    return fit
+
+
+def _budget(fit: MemoryFit, budget: int, source: str) -> BudgetFit:
+    batch = fit.largest_batch(budget)
+    note = ""
+    if batch is None and fit.bytes_per_sample is not None and fit.bytes_per_sample > 0:
+        note = "not even batch 1: the fixed bytes alone are more than this budget"
+    elif batch is None:
+        note = "no limit from this fit (the peak does not grow with the batch)"
+    elif fit.points and batch > 4 * max(p.batch for p in fit.points):
+        note = f"extrapolated {batch / max(p.batch for p in fit.points):.0f}x past the largest batch swept"
+    refuted = [d.batch for d in fit.does_not_fit if batch is not None and d.batch <= batch]
+    if refuted and source == "device":  # measured on this device: the run that did not fit wins over the line
+        batch = refuted[0] - 1 if refuted[0] > 1 else None
+        note = f"batch {refuted[0]} did not fit on the device, below the fitted limit"
+    return BudgetFit(budget_bytes=budget, source=source, largest_batch=batch, note=note)
+
+
+def _saving(fit: MemoryFit, ref: MemoryFit) -> Saving | None:
+    a, b = fit.bytes_per_sample, ref.bytes_per_sample
+    if a is None or b is None or b <= 0:
+        return None
+    fraction = 1 - a / b
+    interval = None
+    if fit.per_sample_stderr is not None and ref.per_sample_stderr is not None:
+        # delta method for a / b with independent slopes; t with the smaller fit's degrees of freedom
+        se = abs(a / b) * math.sqrt((fit.per_sample_stderr / a) ** 2 + (ref.per_sample_stderr / b) ** 2) if a else (
+            fit.per_sample_stderr / b)
+        dof = min(len(fit.points), len(ref.points)) - 2
+        t = float(stats.t.ppf(0.5 + LEVEL / 2, dof))
+        interval = [fraction - t * se, fraction + t * se]
+    note = ""
+    if fraction <= 0:  # measured, not assumed: CPU autocast keeps bf16 weight copies beside fp32's
+        note = (f"{fit.subject.precision} does not save memory here: {-fraction:.0%} more per sample than "
+                f"{REFERENCE}")
+        if interval is not None and interval[1] > interval[0]:
+            note += f" ({LEVEL:.0%} interval: {_more_or_less(interval[1])} to {_more_or_less(interval[0])})"
+    elif interval is not None and interval[0] <= 0:
+        note = f"{fit.subject.precision}'s saving per sample is not distinguishable from none at {LEVEL:.0%}"
+    return Saving(fraction=fraction, interval=interval, note=note)
+
+
+def _more_or_less(saving: float) -> str:
+    return f"{saving:.0%} less" if saving > 0 else f"{-saving:.0%} more"

@@ -1,0 +1,118 @@
+"""The memory sweep's fit (ampcert/memory.py): on synthetic peaks, where the answer is known,
+and on real CPU runs of digits and gpt tiny, where a fitted line must predict a fourth,
+unseen batch size."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import run_cli
+from factories import completed, failed, plan
+
+from ampcert.memory import device_memory, fit_sweep
+from ampcert.results import FailureKind, load
+
+MiB = 2**20
+
+
+def _sweep(precisions=("fp32", "bf16"), batches=(16, 32, 64)):
+    return [s for s in plan({"name": "t", "precisions": list(precisions), "train": {"steps": 20},
+                             "memory": {"batch_sizes": list(batches)}, "workloads": [{"workload": "digits"}]})
+            if s.is_memory_sweep]
+
+
+def _measured(spec, fixed, per_sample, wobble=0.0):
+    return completed(spec, final_metric=0.5, peak_memory=fixed + per_sample * spec.batch_size + wobble)
+
+
+def test_a_line_is_recovered_with_its_budgets_and_the_saving_per_sample():
+    fp32 = {16: 0.0, 32: 0.0, 64: 0.0}
+    runs = [_measured(s, 200 * MiB, (1 if s.precision == "fp32" else 0.5) * MiB, fp32[s.batch_size] if s.precision == "fp32"
+                      else {16: 0.1, 32: -0.2, 64: 0.1}[s.batch_size] * MiB) for s in _sweep()]
+    fits = fit_sweep(runs, budgets=[1024 * MiB, 100 * MiB])
+    assert [str(f.subject) for f in fits] == ["digits/torch/native/fp32", "digits/torch/native/bf16"]
+    ref, low = fits
+    assert ref.fixed_bytes == pytest.approx(200 * MiB) and ref.bytes_per_sample == pytest.approx(MiB)
+    assert ref.max_residual_share == pytest.approx(0, abs=1e-9)
+    # (1024 - 200) MiB at 1 MiB a sample; the fixed bytes alone exceed 100 MiB
+    assert [(b.budget_bytes, b.largest_batch, b.source) for b in ref.budgets] == [
+        (1024 * MiB, 824, "suite"), (100 * MiB, None, "suite")]
+    assert "fixed bytes alone" in ref.budgets[1].note
+    assert ref.predict(824) <= 1024 * MiB < ref.predict(825)
+    assert low.bytes_per_sample == pytest.approx(0.5 * MiB, rel=0.02)
+    assert low.budgets[0].largest_batch == pytest.approx(1648, abs=40)
+    assert low.saving is not None and low.saving.fraction == pytest.approx(0.5, abs=0.01)
+    lo, hi = low.saving.interval
+    assert lo < low.saving.fraction < hi and hi - lo < 0.2 and not low.saving.note
+    assert all(p.residual_bytes == pytest.approx(p.peak_bytes - low.predict(p.batch)) for p in low.points)
+
+
+def test_a_precision_that_costs_memory_says_so():
+    runs = [_measured(s, 280 * MiB, (70 if s.precision == "fp32" else 84) * 1024,
+                      {16: 1, 32: -2, 64: 1}[s.batch_size] * 1024) for s in _sweep()]
+    low = fit_sweep(runs)[1]
+    assert low.saving.fraction == pytest.approx(-0.2, abs=0.02)
+    assert low.saving.interval[1] < 0
+    assert "bf16 does not save memory here: 20% more per sample than fp32 (90% interval: " in low.note
+    assert low.budgets == []  # no budgets given and no device memory known
+
+
+def test_out_of_memory_is_does_not_fit_and_the_device_budget_is_capped_by_it():
+    specs = _sweep(precisions=("fp32",), batches=(16, 32, 64, 128))
+    runs = [_measured(s, 100 * MiB, MiB) for s in specs[:3]]
+    runs.append(failed(specs[3], "does not fit: out of cuda memory at batch 128 (CUDA out of memory)",
+                       failure=FailureKind.OUT_OF_MEMORY))
+    fit = fit_sweep(runs, device_bytes=1000 * MiB)[0]
+    assert [(d.batch, d.reason.split(":")[0]) for d in fit.does_not_fit] == [(128, "does not fit")]
+    assert [p.batch for p in fit.points] == [16, 32, 64]
+    budget = fit.budgets[0]
+    assert budget.source == "device" and budget.largest_batch == 127  # the line says 900; batch 128 did not fit
+    assert "did not fit on the device" in budget.note
+    assert "does not fit at batch 128" in fit.note
+
+
+def test_too_few_points_and_a_flat_peak_are_said_not_guessed():
+    specs = _sweep(precisions=("fp32",))
+    one = fit_sweep([_measured(specs[0], 100 * MiB, MiB)], budgets=[MiB * 500])[0]
+    assert one.bytes_per_sample is None and one.budgets == [] and "a line needs two or more" in one.note
+    flat = fit_sweep([_measured(s, 100 * MiB, 0) for s in specs], budgets=[MiB * 500])[0]
+    assert flat.budgets[0].largest_batch is None and "does not grow with the batch" in flat.note
+
+
+def test_device_memory_comes_from_the_fingerprint():
+    env = {"cpu": {"memory_bytes": 25 * 2**30}, "gpu": {"devices": [{"memory_bytes": 80 * 2**30}]}}
+    assert device_memory(env, "cpu") == 25 * 2**30 and device_memory(env, "cuda") == 80 * 2**30
+    assert device_memory({"gpu": {"cuda_available": False}}, "cuda") is None and device_memory(None, "cpu") is None
+
+
+SWEEP_SUITE = """\
+name: memory-sweep
+device: cpu
+precisions: [fp32, bf16]
+unaccelerated: run
+memory: {batch_sizes: [32, 64, 96, 128], steps: 2}
+workloads:
+  - workload: digits
+    train: {steps: 2}
+  - workload: gpt
+    params: {size: tiny}
+    train: {steps: 2}
+"""
+
+
+def test_cpu_sweeps_of_digits_and_gpt_predict_an_unseen_batch_within_10_percent(tmp_path, write_suite):
+    """Real runs: each (workload, precision) line fitted on three batch sizes predicts the
+    measured peak at the fourth (96, left out of the fit) within 10%."""
+    out = tmp_path / "out"
+    proc = run_cli("run", write_suite(SWEEP_SUITE), "--out", out, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rs = load(out)
+    assert len(rs.runs) == 4 and len(rs.memory_runs) == 16 and not rs.memory_missing
+    assert all(r.status == "completed" and "before any evaluation" in r.peak_memory.method for r in rs.memory_runs)
+    seen = [r for r in rs.memory_runs if r.spec.batch_size != 96]
+    unseen = {(r.spec.label, r.spec.precision): r.peak_memory.value for r in rs.memory_runs if r.spec.batch_size == 96}
+    fits = fit_sweep(seen)
+    assert {(f.subject.workload, f.subject.precision) for f in fits} == set(unseen)
+    for fit in fits:
+        measured = unseen[fit.subject.workload, fit.subject.precision]
+        assert fit.bytes_per_sample > 0, fit
+        assert fit.predict(96) == pytest.approx(measured, rel=0.10), fit
