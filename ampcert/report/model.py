@@ -26,10 +26,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from ampcert.aggregate import Aggregate, aggregate, steady
 from ampcert.certify.checks import Certificate
 from ampcert.envinfo import CPU_FLAGS_OF_INTEREST
+from ampcert.memory import MemoryFit, device_memory, fit_sweep
 from ampcert.plan import CapacityPlan, capacity_plan
 from ampcert.resources import schema_path
 from ampcert.results import ResultsDir, ResultSet, RunResult
+from ampcert.spec import MemorySweep
 from ampcert.steady_state import SteadyState
+from ampcert.stored_plan import StoredPlan
 from ampcert.version import __version__
 from ampcert.vocabulary import Status
 
@@ -98,6 +101,13 @@ class Report(_Model):
     capacity: CapacityPlan | None = Field(
         default=None, description=f"capacity plan for {PLAN_SAMPLES:,} training samples on one device "
                                   "(`ampcert plan` for other figures)")
+    # Written only when the suite swept memory, so a report without a sweep keeps the bytes it had.
+    memory: list[MemoryFit] = Field(
+        default_factory=list, exclude_if=lambda v: not v,
+        description="the suite's memory sweep: per subject, peak memory against batch size fitted with a line, "
+                    "the largest batch per budget and the saving per sample against fp32 (ampcert/memory.py)")
+    memory_missing_runs: list[str] = Field(
+        default_factory=list, exclude_if=lambda v: not v, description="planned memory-sweep runs with no result")
 
     def environment_facts(self) -> list[EnvFact]:
         """The fingerprint as a reader wants it (report.html's environment table)."""
@@ -325,14 +335,8 @@ def build_report(rs: ResultSet) -> Report:
     rd = ResultsDir(rs.root)
     plan = rd.read_plan()
     suite_text = rd.suite_file.read_text(encoding="utf-8") if rd.suite_file.exists() else ""
-    description = ""
-    try:
-        import yaml
-
-        doc = yaml.safe_load(suite_text)
-        description = str(doc.get("description", "")) if isinstance(doc, dict) else ""
-    except Exception:  # noqa: BLE001 - the stored suite was valid when run; a reader must not fail on it
-        description = ""
+    doc = _suite_doc(suite_text)
+    description = str(doc.get("description", ""))
     cert = None
     if rd.verdicts_file.exists():
         from pydantic import ValidationError
@@ -368,11 +372,46 @@ def build_report(rs: ResultSet) -> Report:
         steady_state={r.run_id: found for r in runs if r.status == "completed" and (found := steady(r))},
         not_measured=_not_measured(runs, plan.capabilities or {}),
         capacity=_capacity(runs),
+        memory=_memory(rs, plan, doc), memory_missing_runs=sorted(rs.memory_missing),
     )
     # Install paths, wherever the stored results carry one (policy and rule sources, data
     # provenance, messages); the suite's text stays as given, its sha256 is over those bytes.
     data = report.model_dump(mode="json", exclude={"suite"})
     return Report.model_validate({**portable_tree(data), "suite": report.suite})
+
+
+def _suite_doc(suite_text: str) -> dict[str, Any]:
+    """The stored suite.yaml as a mapping ({} where it is absent or unreadable)."""
+    try:
+        import yaml
+
+        doc = yaml.safe_load(suite_text)
+    except Exception:  # noqa: BLE001 - the stored suite was valid when run; a reader must not fail on it
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _memory(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str, Any]) -> list[MemoryFit]:
+    """The sweep's fits, against the suite's budgets (plan.json stores the suite's name only,
+    so they are read from the stored suite.yaml) or else the device's own memory."""
+    if not rs.memory_runs:
+        return []
+    budgets: list[int] = []
+    if isinstance(suite_doc.get("memory"), dict):
+        try:
+            budgets = [int(b) for b in MemorySweep.model_validate(suite_doc["memory"]).budgets]
+        except ValueError:  # valid when it was run; a suite edited since falls back to the device's memory
+            budgets = []
+    return fit_sweep(rs.memory_runs, budgets, device_memory(plan.environment, plan.device or ""))
+
+
+def memory_fits(rs: ResultSet) -> list[MemoryFit]:
+    """The memory sweep's fits for a results folder (report.json's ``memory``), for the summary."""
+    rd = ResultsDir(rs.root)
+    if not rs.memory_runs:
+        return []
+    suite_text = rd.suite_file.read_text(encoding="utf-8") if rd.suite_file.exists() else ""
+    return _memory(rs, rd.read_plan(), _suite_doc(suite_text))
 
 
 def _capacity(runs: list[RunResult]) -> CapacityPlan | None:

@@ -22,6 +22,7 @@ matplotlib.use("svg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ampcert.memory import MemoryFit  # noqa: E402
 from ampcert.results import RunResult  # noqa: E402
 
 COLOURS = {"fp32": "#1f4e79", "bf16": "#2e8b57", "fp16": "#c0504d"}
@@ -143,6 +144,33 @@ def power(label: str, runs: Sequence[RunResult], root: Path) -> str | None:
                     label=f"{precision} {col}")
         ax.legend(frameon=False, fontsize=7)
         return _svg(fig, f"power-{label}")
+
+
+def memory_fit(label: str, fits: Sequence[MemoryFit], salt: str) -> str | None:
+    """Peak memory against batch size: each precision's measured peaks (dots) and its fitted
+    line from batch 0 (where it meets the fixed bytes) to its largest batch measured; a batch
+    that did not fit in the device's memory as a dotted line at that batch."""
+    measured = [f for f in fits if f.points]
+    if not measured:
+        return None
+    mib = 2**20
+    with plt.rc_context(_STYLE):
+        fig, ax = _figure(f"{label}: peak memory against batch size", "batch size (dots: measured, lines: fitted)",
+                          "peak (MiB)")
+        for f in measured:
+            precision = f.subject.precision
+            colour = COLOURS.get(precision, "#777777")
+            ax.plot([p.batch for p in f.points], [p.peak_bytes / mib for p in f.points], "o", color=colour, ms=4,
+                    label=precision)
+            right = max(p.batch for p in f.points)
+            low, high = f.predict(0), f.predict(right)
+            if low is not None and high is not None:
+                ax.plot([0, right], [low / mib, high / mib], color=colour, lw=1.0)
+            for d in f.does_not_fit:
+                ax.axvline(d.batch, color=colour, lw=0.8, ls=":", label=f"{precision}: batch {d.batch} did not fit")
+        ax.set_xlim(left=0)
+        ax.legend(frameon=False, fontsize=7)
+        return _svg(fig, salt)
 
 
 def bars(title: str, labels: list[str], values: list[float | None], unit: str, salt: str,

@@ -13,9 +13,11 @@ from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from ampcert import formats
+from ampcert.memory import LEVEL, MemoryFit
 from ampcert.report import plots
 from ampcert.report.model import Report, build_report, report_json
-from ampcert.report.summary import fmt
+from ampcert.report.summary import fine_size, fmt
 from ampcert.results import ResultSet, atomic_write_text, load
 
 REPORT_JSON, REPORT_HTML = "report.json", "report.html"
@@ -23,6 +25,9 @@ REPORT_JSON, REPORT_HTML = "report.json", "report.html"
 _env = Environment(loader=PackageLoader("ampcert", "report/templates"),
                    autoescape=select_autoescape(default=True, default_for_string=True))
 _env.filters["fmt"] = fmt
+_env.filters["size"] = formats.size
+_env.filters["percent"] = formats.percent
+_env.filters["fine_size"] = fine_size
 
 
 def _workloads(report: Report, root: Path) -> list[dict]:
@@ -55,6 +60,23 @@ def _workloads(report: Report, root: Path) -> list[dict]:
     return out
 
 
+def _memory(report: Report) -> list[dict]:
+    """The memory section: per workload entry, backend and amp, its precisions' fits (one
+    table row each), the budgets they were fitted against (one column each) and the plot."""
+    groups: dict[tuple[str, str, str], list[MemoryFit]] = {}
+    for fit in report.memory:  # already in table order (memory.fit_sweep)
+        groups.setdefault((fit.subject.workload, fit.subject.backend, fit.subject.amp), []).append(fit)
+    out = []
+    for (label, backend, amp), fits in groups.items():
+        budgets: list[tuple[int, str]] = []
+        for fit in fits:  # a fit with too few points has no budgets: the columns are every fit's
+            budgets += [(b.budget_bytes, b.source) for b in fit.budgets if (b.budget_bytes, b.source) not in budgets]
+        out.append({"label": label, "backend": backend, "amp": amp, "fits": fits, "budgets": budgets,
+                    "methods": sorted({f.method for f in fits if f.method}),
+                    "plot": plots.memory_fit(label, fits, f"memory-{label}-{backend}-{amp}")})
+    return out
+
+
 def render_html(report: Report, root: Path) -> str:
     cert = report.certificate
 
@@ -62,7 +84,8 @@ def render_html(report: Report, root: Path) -> str:
         return [v for v in (cert.verdicts if cert else []) if v.subject.key() == subject.key()]
 
     return _env.get_template("report.html.j2").render(r=report, workloads=_workloads(report, root),
-                                                      verdicts_of=verdicts_of)
+                                                      verdicts_of=verdicts_of, memory=_memory(report),
+                                                      memory_level=LEVEL)
 
 
 def write(rs: ResultSet | str | Path) -> tuple[Path, Path]:

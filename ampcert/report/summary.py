@@ -12,13 +12,14 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from ampcert import formats
 from ampcert.aggregate import aggregate, steady
-from ampcert.report.model import portable_tree
+from ampcert.report.model import memory_fits, portable_tree
 from ampcert.results import ResultsDir, ResultSet, atomic_write_json, atomic_write_text
 
 
 def build(rs: ResultSet) -> dict[str, Any]:
     """summary.json: the counts, one group per (workload, backend, amp, precision)
-    (:func:`ampcert.aggregate.aggregate`, the table report.json holds too) and one row per run."""
+    (:func:`ampcert.aggregate.aggregate`, the table report.json holds too), one row per run
+    and, where the suite swept memory, report.json's memory fits."""
     df = rs.frame()
     groups = []
     for row in aggregate(rs.runs):
@@ -30,8 +31,7 @@ def build(rs: ResultSet) -> dict[str, Any]:
         if r.phases:
             for k in phases:
                 phases[k] += getattr(r.phases, k)
-    # Install paths in run reasons and notes named by package, as in report.json (model.portable).
-    return portable_tree({
+    summary: dict[str, Any] = {
         "suite": rs.suite_name,
         "counts": {
             "planned": len(rs.plan), "completed": sum(r.status == "completed" for r in rs.runs),
@@ -43,7 +43,12 @@ def build(rs: ResultSet) -> dict[str, Any]:
                                    if len(df) else []),
         "missing": rs.missing,
         "worker_phases_s": phases,
-    })
+    }
+    fits = memory_fits(rs)
+    if fits:  # only then: a summary without a sweep keeps the bytes it had
+        summary["memory"] = [fit.model_dump(mode="json") for fit in fits]
+    # Install paths in run reasons and notes named by package, as in report.json (model.portable).
+    return portable_tree(summary)
 
 
 def _with_steady_state(rs: ResultSet, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -66,7 +71,20 @@ _env = Environment(loader=PackageLoader("ampcert", "report/templates"),
 
 fmt = formats.number  # the one number format of every view (ampcert.formats)
 
+
+def fine_size(n_bytes: float | None) -> str:
+    """formats.size, in KiB below a MiB: a memory sweep's bytes per sample, residuals and
+    standard errors are often below one, and formats.size's one decimal of a MiB would read
+    70 KiB as 0.1 MiB."""
+    if n_bytes is not None and abs(n_bytes) < 2**20:
+        return f"{formats.number(n_bytes / 2**10)} KiB"
+    return formats.size(n_bytes)
+
+
 _env.filters["fmt"] = fmt
+_env.filters["size"] = formats.size
+_env.filters["fine_size"] = fine_size
+_env.filters["percent"] = formats.percent
 
 
 def render_html(summary: dict[str, Any]) -> str:
