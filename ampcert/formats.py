@@ -41,6 +41,14 @@ def size(n_bytes: float | None) -> str:
     return f"{n_bytes / 2**20:,.1f} MiB"
 
 
+def fine_size(n_bytes: float | None) -> str:
+    """:func:`size`, in KiB below a MiB: a memory sweep's bytes per sample, residuals and
+    standard errors are often below one, and one decimal of a MiB would read 70 KiB as 0.1 MiB."""
+    if n_bytes is not None and abs(n_bytes) < 2**20:
+        return f"{number(n_bytes / 2**10)} KiB"
+    return size(n_bytes)
+
+
 def seconds(s: float | None) -> str:
     return MISSING if s is None else f"{number(s, 3)} s"
 

@@ -233,6 +233,9 @@ class MemorySweep(_Strict):
     batch_sizes: list[PositiveInt] = Field(min_length=3)
     budgets: list[ByteSize] = Field(default_factory=list)
     steps: int = Field(default=4, ge=2, le=1000)
+    # On CUDA: each sweep run sees only this much of the GPU, as a smaller card would
+    # (torch.cuda.set_per_process_memory_fraction); the default budget when `budgets` is empty.
+    device_memory: ByteSize | None = None
 
     @model_validator(mode="after")
     def _check(self) -> MemorySweep:
@@ -509,6 +512,8 @@ class RunSpec(_Strict):
     # A memory-sweep run (the suite's `memory`): the batch it trains at, instead of the
     # workload's; its peak memory is its result. (Written only when set.)
     batch_size: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The GPU memory a sweep run may use (MemorySweep.device_memory): a smaller card, emulated.
+    device_memory_limit: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @model_validator(mode="after")
     def _names_are_file_names(self) -> RunSpec:
@@ -573,6 +578,8 @@ class RunSpec(_Strict):
             ident["injected_slowdown"] = self.injected_slowdown
         if self.batch_size is not None:
             ident["batch_size"] = self.batch_size
+        if self.device_memory_limit is not None:
+            ident["device_memory_limit"] = self.device_memory_limit
         return ident
 
     @property
@@ -804,9 +811,13 @@ def _memory_runs(suite: Suite, entry: WorkloadEntry, sweep: MemorySweep, like: R
     sizes, ``sweep.steps`` steps of the first seed, evaluated once at the end (the peak is
     read before that evaluation)."""
     budget = TrainBudget(steps=sweep.steps, eval_every=sweep.steps)
+    if sweep.device_memory is not None and like.device != "cuda":
+        raise UserError(f"`memory.device_memory` shrinks a CUDA device (torch.cuda.set_per_process_memory_fraction); "
+                        f"this suite runs on {like.device}: leave it out, or run on cuda")
     return [like.model_copy(update={
                 "label": label, "precision": precision, "seed": seed, "repeat": 0, "train": budget,
                 "batch_size": batch, "injected_slowdown": 0.0,
+                "device_memory_limit": int(sweep.device_memory) if sweep.device_memory is not None else None,
                 "torch_compile": suite.torch_compile if compiled else None,
                 "fp8": suite.fp8_of(entry) if precision in FP8_PRECISIONS else None})
             for compiled, label in zip(suite.compile_of(entry), suite.labels_of(entry), strict=True)

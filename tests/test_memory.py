@@ -116,3 +116,58 @@ def test_cpu_sweeps_of_digits_and_gpt_predict_an_unseen_batch_within_10_percent(
         measured = unseen[fit.subject.workload, fit.subject.precision]
         assert fit.bytes_per_sample > 0, fit
         assert fit.predict(96) == pytest.approx(measured, rel=0.10), fit
+
+
+SHRUNK_CARD_SUITE = """\
+name: shrunk-card
+device: cuda
+precisions: [fp32, bf16]
+memory: {batch_sizes: [16, 64, 65536], device_memory: 1GiB, steps: 2}
+workloads:
+  - workload: gpt
+    params: {size: tiny}
+    train: {steps: 2}
+"""
+
+
+@pytest.mark.gpu
+def test_a_run_that_overflows_a_shrunk_card_does_not_fit_and_the_suite_goes_on(tmp_path, write_suite):
+    """A 1 GiB card emulated (set_per_process_memory_fraction): gpt tiny at batch 65536
+    (about 1.4 GiB a 1k batch, measured on a CPU) runs out of it. That run is recorded as
+    'does not fit', the sweep's other runs and the suite's matrix complete, and the fit
+    caps the 1 GiB budget below that batch."""
+    out = tmp_path / "out"
+    proc = run_cli("run", write_suite(SHRUNK_CARD_SUITE), "--out", out, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rs = load(out)
+    assert all(r.status == "completed" for r in rs.runs)
+    big = [r for r in rs.memory_runs if r.spec.batch_size == 65536]
+    assert len(big) == 2 and all(r.failure == FailureKind.OUT_OF_MEMORY for r in big)
+    assert all(r.reason.startswith("does not fit: out of cuda memory at batch 65536") for r in big)
+    fine = [r for r in rs.memory_runs if r.spec.batch_size != 65536]
+    assert all(r.status == "completed" and r.peak_memory.value < 2**30 for r in fine)
+    assert all("after the first" in r.peak_memory.method for r in fine)
+    for fit in fit_sweep(rs.memory_runs, device_bytes=2**30):
+        assert [d.batch for d in fit.does_not_fit] == [65536]
+        assert fit.budgets[0].largest_batch is not None and fit.budgets[0].largest_batch < 65536
+
+
+def test_shrinking_a_cpu_is_refused_in_one_line(tmp_path, write_suite):
+    proc = run_cli("run", write_suite(SHRUNK_CARD_SUITE.replace("device: cuda", "device: cpu")), "--out",
+                   tmp_path / "out", "--dry-run")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "`memory.device_memory` shrinks a CUDA device" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sweep_batch_is_never_silently_smaller_than_asked():
+    from ampcert.backends.contract import Unsupported
+    from ampcert.backends.loop import sweep_batch
+
+    spec = _sweep(batches=(16, 32, 4096))[2]
+    assert sweep_batch(spec.model_copy(update={"batch_size": 32}), n_train=1438) == 32
+    with pytest.raises(Unsupported, match="batch 4096 is more than the 1438 training examples"):
+        sweep_batch(spec, n_train=1438)
+    with pytest.raises(Unsupported, match="streams its training batches"):
+        sweep_batch(spec, n_train=None)

@@ -121,7 +121,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     opt_state = task.optimizer.init(params)
     stream = loop.train_stream(task)  # None: in memory, drawn by index
     if spec.batch_size is not None:  # a memory-sweep run trains at the sweep's batch
-        task.batch_size = loop.sweep_batch(spec, stream is not None)
+        task.batch_size = loop.sweep_batch(spec, len(task.train_x) if stream is None else None)
     if stream is None:
         train_x, train_y = np.asarray(task.train_x), np.asarray(task.train_y)
     eval_x, eval_y = np.asarray(task.eval_x), np.asarray(task.eval_y)

@@ -353,13 +353,17 @@ def host_peak_memory(before_eval: bool = False) -> Measured:
     return Measured(value=float(kib * scale), unit="bytes", method=method)
 
 
-def sweep_batch(spec: RunSpec, streamed: bool) -> int:
-    """The batch a memory-sweep run trains at; a streamed data set's batches are its loader's."""
+def sweep_batch(spec: RunSpec, n_train: int | None) -> int:
+    """The batch a memory-sweep run trains at, out of ``n_train`` examples in memory (None: a
+    streamed data set, whose batches are its loader's). Never silently fewer than asked."""
     assert spec.batch_size is not None
-    if streamed:
+    if n_train is None:
         raise Unsupported(f"{spec.workload}: a memory sweep sets the batch size, and this workload streams "
                           "its training batches from its own loader (train_data): sweep it with its own "
                           "batch parameter instead")
+    if spec.batch_size > n_train:
+        raise Unsupported(f"{spec.workload}: memory sweep batch {spec.batch_size} is more than the {n_train} "
+                          "training examples this workload holds: sweep smaller batches")
     return spec.batch_size
 
 

@@ -268,13 +268,15 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     params = workload.Params.model_validate(spec.params)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
+        if spec.device_memory_limit is not None:
+            _shrink_device(spec.device_memory_limit)
 
     t_build = time.perf_counter()
     task = workload.build(params, spec.seed, device)
     model = task.model
     stream = loop.train_stream(task)  # None: in memory, drawn by index
     if spec.batch_size is not None:  # a memory-sweep run trains at the sweep's batch
-        task.batch_size = loop.sweep_batch(spec, stream is not None)
+        task.batch_size = loop.sweep_batch(spec, len(task.train_x) if stream is None else None)
     # A streamed task's FLOPs are counted on its first batch, drawn now; its wait
     # is step 1's data time (added to the training and data time below).
     first, first_wait_s = None, 0.0
@@ -500,6 +502,16 @@ def _cpu_name() -> str:
     from ampcert.envinfo import cpu_info
 
     return cpu_info()["model"]
+
+
+def _shrink_device(limit: int) -> None:
+    """Let this process use only ``limit`` bytes of its GPU, as a card that small would:
+    the caching allocator raises out of memory past it (a memory sweep's emulated card)."""
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    if limit > total:
+        raise Unsupported(f"memory.device_memory: {limit} bytes is more than this GPU's {total}; "
+                          "a smaller card can be emulated, a larger one cannot")
+    torch.cuda.set_per_process_memory_fraction(limit / total)
 
 
 def _peak_memory(device: str, after_warmup: bool = False) -> Measured:

@@ -94,6 +94,45 @@ def print_summary(console: Console, rs, s: dict) -> None:
     for r in rs.runs:
         if r.status != "completed":
             console.print(f"  {r.run_id}: {r.status}: {r.reason}", markup=False, soft_wrap=True)
+    if s.get("memory"):
+        print_memory(console, s["memory"])
+
+
+def print_memory(console: Console, fits: list[dict]) -> None:
+    """The memory sweep's fits (summary.json's ``memory``): per subject, memory per sample
+    and fixed, the largest batch per budget, the saving against fp32; the notes below."""
+    from ampcert.formats import fine_size, size
+
+    budgets = sorted({(b["budget_bytes"], b["source"]) for f in fits for b in f["budgets"]})
+    cols = [Col("workload"), Col("prec"), Col("per sample", "right"), Col("fixed", "right")] + [
+        Col(f"batch in {_budget(b)}" + (" (device)" if source == "device" else ""), "right") for b, source in budgets] + [
+        Col("saving", "right")]
+    rows, footnotes = [], []
+    for f in fits:
+        subject = f["subject"]
+        largest = {(b["budget_bytes"], b["source"]): b["largest_batch"] for b in f["budgets"]}
+        saving = f.get("saving") or {}
+        rows.append([subject["workload"], subject["precision"], fine_size(f["bytes_per_sample"]),
+                     size(f["fixed_bytes"]), *[fmt(largest.get(b)) for b in budgets],
+                     "" if not saving else f"{saving['fraction']:.0%}"])
+        notes = [f["note"]] if f.get("note") else []
+        notes += [f"{_budget(b['budget_bytes'])}: {b['note']}" for b in f["budgets"] if b.get("note")]
+        if notes:
+            footnotes.append(f"{subject['workload']} {subject['precision']}: {'; '.join(notes)}")
+    methods = sorted({f["method"] for f in fits if f.get("method")})
+    footnotes += [f"peak: {m}" for m in methods]
+    print_table(console, cols, rows, title="memory: peak = fixed + per sample x batch, fitted over the sweep",
+                footnotes=footnotes)
+
+
+def _budget(n_bytes: int) -> str:
+    """A budget as the suite would write it (24 GiB, 80 GB), else in MiB or GiB."""
+    from ampcert.formats import size
+
+    for unit, name in ((2**30, "GiB"), (10**9, "GB")):
+        if n_bytes % unit == 0:
+            return f"{n_bytes // unit} {name}"
+    return size(n_bytes)
 
 
 def print_certificate(console: Console, cert, verdicts_file) -> None:

@@ -402,7 +402,9 @@ def _memory(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str, Any]) -> list[
             budgets = [int(b) for b in MemorySweep.model_validate(suite_doc["memory"]).budgets]
         except ValueError:  # valid when it was run; a suite edited since falls back to the device's memory
             budgets = []
-    return fit_sweep(rs.memory_runs, budgets, device_memory(plan.environment, plan.device or ""))
+    # An emulated smaller card (memory.device_memory) is the device the sweep ran on.
+    emulated = next((r.spec.device_memory_limit for r in rs.memory_runs if r.spec.device_memory_limit), None)
+    return fit_sweep(rs.memory_runs, budgets, emulated or device_memory(plan.environment, plan.device or ""))
 
 
 def memory_fits(rs: ResultSet) -> list[MemoryFit]:

@@ -17,7 +17,7 @@ from ampcert import formats
 from ampcert.memory import LEVEL, MemoryFit
 from ampcert.report import plots
 from ampcert.report.model import Report, build_report, report_json
-from ampcert.report.summary import fine_size, fmt
+from ampcert.report.summary import fmt
 from ampcert.results import ResultSet, atomic_write_text, load
 
 REPORT_JSON, REPORT_HTML = "report.json", "report.html"
@@ -27,7 +27,7 @@ _env = Environment(loader=PackageLoader("ampcert", "report/templates"),
 _env.filters["fmt"] = fmt
 _env.filters["size"] = formats.size
 _env.filters["percent"] = formats.percent
-_env.filters["fine_size"] = fine_size
+_env.filters["fine_size"] = formats.fine_size
 
 
 def _workloads(report: Report, root: Path) -> list[dict]:

@@ -72,18 +72,9 @@ _env = Environment(loader=PackageLoader("ampcert", "report/templates"),
 fmt = formats.number  # the one number format of every view (ampcert.formats)
 
 
-def fine_size(n_bytes: float | None) -> str:
-    """formats.size, in KiB below a MiB: a memory sweep's bytes per sample, residuals and
-    standard errors are often below one, and formats.size's one decimal of a MiB would read
-    70 KiB as 0.1 MiB."""
-    if n_bytes is not None and abs(n_bytes) < 2**20:
-        return f"{formats.number(n_bytes / 2**10)} KiB"
-    return formats.size(n_bytes)
-
-
 _env.filters["fmt"] = fmt
 _env.filters["size"] = formats.size
-_env.filters["fine_size"] = fine_size
+_env.filters["fine_size"] = formats.fine_size
 _env.filters["percent"] = formats.percent
 
 
