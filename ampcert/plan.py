@@ -30,9 +30,10 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ampcert import formats
 from ampcert.aggregate import REFERENCE, SubjectRow, group_runs, reference_key, run_value
 from ampcert.errors import UserError
+from ampcert.memory import MemoryFit
 from ampcert.resources import config_path
 from ampcert.results import RunResult
 
@@ -134,6 +136,16 @@ class PlanRow(SubjectRow):
     time_saving_vs_fp32: float | None = Field(default=None, description="1 - wall time / FP32's (0.4 = 40% less)")
     energy_saving_vs_fp32: float | None = Field(default=None, description="1 - energy / FP32's")
     cost_saving_vs_fp32: float | None = Field(default=None, description="1 - cost / FP32's")
+    # The fitting question (a global batch and a memory sweep): written only when asked.
+    device_memory_bytes: int | None = Field(default=None, exclude_if=lambda v: v is None,
+                                            description="the memory of each device the batch must fit in")
+    max_batch_per_device: int | None = Field(default=None, exclude_if=lambda v: v is None,
+                                             description="the largest batch the memory sweep's fit puts in it")
+    devices_for_global_batch: int | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="data parallel: ceil(global batch / max_batch_per_device) devices")
+    fit_reason: str | None = Field(default=None, exclude_if=lambda v: v is None,
+                                   description="why the devices needed are null")
 
 
 class CapacityPlan(_Model):
@@ -146,6 +158,8 @@ class CapacityPlan(_Model):
                                                                  "null with --price-per-gpu-hour")
     assumptions: list[str]
     rows: list[PlanRow]
+    global_batch: int | None = Field(default=None, exclude_if=lambda v: v is None,
+                                     description="the global batch the devices needed are for")
 
 
 def _values(runs: list[RunResult], figure: str) -> list[float]:
@@ -173,9 +187,16 @@ def _saving(value: float | None, ref: float | None) -> float | None:
 
 def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
                   price_per_gpu_hour: float | None = None,
-                  pricing: Pricing | str | Path | None = None) -> CapacityPlan:
+                  pricing: Pricing | str | Path | None = None, *, global_batch: int | None = None,
+                  memory_fits: Sequence[MemoryFit] = (), device_memory: int | None = None) -> CapacityPlan:
     """Projected wall time, device-hours, energy and cost of training ``target_samples``
-    samples on ``gpus`` devices, per workload/backend/AMP/precision of ``runs``."""
+    samples on ``gpus`` devices, per workload/backend/AMP/precision of ``runs``; with a
+    ``global_batch``, also how many devices of ``device_memory`` bytes (default: the memory
+    the sweep ran on) each precision needs for it, from a memory sweep's ``memory_fits``."""
+    if global_batch is not None and global_batch < 1:
+        raise UserError(f"--global-batch: expected a positive batch, got {global_batch}")
+    if device_memory is not None and device_memory < 1:
+        raise UserError(f"--device-memory: expected a positive size, got {device_memory}")
     if target_samples < 1:
         raise UserError(f"--target-samples: expected a positive number of samples, got {target_samples}")
     if gpus < 1:
@@ -234,6 +255,9 @@ def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
             "energy_saving_vs_fp32": _saving(row.energy_kwh, fp32.energy_kwh),
             "cost_saving_vs_fp32": _saving(row.cost, fp32.cost),
         })
+    if global_batch is not None:
+        fits = {f.subject: f for f in memory_fits}
+        rows = [row.model_copy(update=_fitting(fits.get(row.key), global_batch, device_memory)) for row in rows]
     source = "--price-per-gpu-hour" if price_per_gpu_hour is not None else f"{table.source} ({table.note or 'prices'})"
     assumptions = [
         f"linear scaling: {n:,} samples on {k} device(s) take N / ({k} x the measured single-device "
@@ -247,9 +271,36 @@ def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
         "savings: against FP32 of the same workload, backend and AMP, on the devices the runs used; "
         "positive where the precision saves, negative where it costs more",
     ]
+    if global_batch is not None:
+        assumptions.append(
+            f"fitting: data parallel, every device holds the whole model, optimizer and framework (the memory "
+            f"sweep's fixed bytes) and global batch / devices samples; the largest batch per device is the "
+            f"sweep's fitted line against {'--device-memory' if device_memory else 'the memory the sweep ran on'}, "
+            "measured on the sweep's own device (docs/suites.md, \"Memory sweep\")")
     return CapacityPlan(target_samples=n, gpus=k, currency=table.currency, pricing=source,
                         pricing_sha256=None if price_per_gpu_hour is not None else table.sha256 or None,
-                        assumptions=assumptions, rows=rows)
+                        assumptions=assumptions, rows=rows, global_batch=global_batch)
+
+
+def _fitting(fit: MemoryFit | None, global_batch: int, device_memory: int | None) -> dict[str, Any]:
+    """A row's answer to the fitting question: how many devices its precision needs."""
+    if fit is None:
+        return {"fit_reason": "no memory sweep of this subject (the suite's `memory:`)"}
+    budget = device_memory or next((b.budget_bytes for b in fit.budgets if b.source == "device"), None) or (
+        fit.budgets[0].budget_bytes if fit.budgets else None)
+    if budget is None:
+        return {"fit_reason": "no device memory known: pass --device-memory"}
+    per_device = fit.largest_batch(budget)
+    failed = [d.batch for d in fit.does_not_fit if per_device is not None and d.batch <= per_device]
+    if failed and device_memory is None:  # measured on that device: a batch that did not fit wins over the line
+        per_device = failed[0] - 1 or None
+    if per_device is None:
+        reason = fit.note or "the sweep's fit gives no batch that fits"
+        if fit.bytes_per_sample and fit.fixed_bytes is not None and fit.fixed_bytes >= budget:
+            reason = "not even batch 1 fits: the fixed bytes alone are more than the device's memory"
+        return {"device_memory_bytes": budget, "fit_reason": reason}
+    return {"device_memory_bytes": budget, "max_batch_per_device": per_device,
+            "devices_for_global_batch": math.ceil(global_batch / per_device)}
 
 
 # --------------------------------------------------------------------------- output
@@ -309,6 +360,10 @@ def table_rows(cp: CapacityPlan) -> list[dict[str, str]]:
             ", ".join(formats.percent(x) for x in (r.time_saving_vs_fp32, r.energy_saving_vs_fp32,
                                                    r.cost_saving_vs_fp32)),
         })
+        if cp.global_batch is not None:
+            rows[-1][f"devices for batch {cp.global_batch:,}"] = (
+                f"{r.devices_for_global_batch:,} ({r.max_batch_per_device:,}/device in {formats.size(r.device_memory_bytes)})"
+                if r.devices_for_global_batch is not None else "—")
     return rows
 
 
@@ -323,4 +378,6 @@ def notes(cp: CapacityPlan) -> list[str]:
             out[f"no cost: {r.cost_reason}"].append(name)
         if not r.accelerated:
             out[f"{r.precision} {r.capability_note or 'is not accelerated on this device'}"].append(name)
+        if r.fit_reason:
+            out[f"no devices for the global batch: {r.fit_reason}"].append(name)
     return [f"{why} ({', '.join(names) if len(names) <= 3 else f'{len(names)} rows'})" for why, names in out.items()]

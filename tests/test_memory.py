@@ -171,3 +171,59 @@ def test_a_sweep_batch_is_never_silently_smaller_than_asked():
         sweep_batch(spec, n_train=1438)
     with pytest.raises(Unsupported, match="streams its training batches"):
         sweep_batch(spec, n_train=None)
+
+
+# --------------------------------------------------------------------------- ampcert plan: the fitting question
+
+
+def _swept_folder(tmp_path):
+    """A folder with the matrix (one fp32 and one bf16 run) and a sweep whose lines are known:
+    fp32 200 MiB + 1 MiB a sample, bf16 200 MiB + 0.5 MiB a sample."""
+    from factories import write_results
+
+    specs = plan({"name": "t", "precisions": ["fp32", "bf16"], "train": {"steps": 20},
+                  "memory": {"batch_sizes": [16, 32, 64], "budgets": ["1GiB"]}, "workloads": [{"workload": "digits"}]})
+    runs = [completed(s, final_metric=0.9) for s in specs if not s.is_memory_sweep]
+    runs += [_measured(s, 200 * MiB, (1 if s.precision == "fp32" else 0.5) * MiB) for s in specs if s.is_memory_sweep]
+    return write_results(tmp_path / "out", runs)
+
+
+def test_plan_says_how_many_devices_each_precision_needs_for_a_global_batch(tmp_path, cli_here):
+    from ampcert.plan import capacity_plan
+    from ampcert.results import load
+
+    rs = load(_swept_folder(tmp_path))
+    fits = fit_sweep(rs.memory_runs, budgets=[1024 * MiB])
+    cp = capacity_plan(rs.runs, 10**6, global_batch=4096, memory_fits=fits, device_memory=1024 * MiB)
+    rows = {r.precision: r for r in cp.rows}
+    # (1024 - 200) MiB: 824 samples of fp32 and 1648 of bf16 per device; 4096 samples need 5 and 3 devices
+    assert (rows["fp32"].max_batch_per_device, rows["fp32"].devices_for_global_batch) == (824, 5)
+    assert (rows["bf16"].max_batch_per_device, rows["bf16"].devices_for_global_batch) == (1648, 3)
+    assert cp.global_batch == 4096 and any(a.startswith("fitting: data parallel") for a in cp.assumptions)
+    small = capacity_plan(rs.runs, 10**6, global_batch=4096, memory_fits=fits, device_memory=100 * MiB)
+    assert all(r.devices_for_global_batch is None and "not even batch 1" in r.fit_reason for r in small.rows)
+    # Without a global batch, the plan's bytes are what they were: no fitting fields at all.
+    assert "devices_for_global_batch" not in capacity_plan(rs.runs, 10**6).model_dump_json()
+    # The console shows the answer (this folder has no suite.yaml, whose budgets would be the default).
+    proc = cli_here("plan", tmp_path / "out", "--target-samples", "1000000", "--global-batch", "4096",
+                    "--device-memory", "1GiB")
+    assert proc.returncode == 0, proc.stderr
+    assert "5 (824/device in 1,024.0 MiB)" in proc.stdout and "3 (1,648/device" in proc.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--global-batch", "4096", "--device-memory", "lots"], "--device-memory: expected a size such as 80GiB"),
+    (["--global-batch", "0"], "--global-batch: expected a positive batch, got 0"),
+])
+def test_plan_bad_fitting_input_is_one_line_exit_2(tmp_path, cli_here, args, message):
+    proc = cli_here("plan", _swept_folder(tmp_path), "--target-samples", "1000", *args)
+    assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_plan_of_a_folder_without_a_sweep_refuses_a_global_batch(tmp_path, cli_here):
+    from factories import write_results
+
+    specs = plan({"name": "t", "precisions": ["fp32"], "train": {"steps": 20}, "workloads": [{"workload": "digits"}]})
+    folder = write_results(tmp_path / "out", [completed(s, final_metric=0.9) for s in specs])
+    proc = cli_here("plan", folder, "--target-samples", "1000", "--global-batch", "64")
+    assert proc.returncode == 2 and "no memory sweep to fit a global batch with" in proc.stderr

@@ -527,15 +527,16 @@ def plan_cmd(
     price_per_gpu_hour: float | None = typer.Option(None, "--price-per-gpu-hour", help="overrides the pricing table"),
     pricing: Path | None = typer.Option(None, "--pricing", help="price table (default configs/pricing.yaml)"),
     csv: Path | None = typer.Option(None, "--csv", help="also write the plan as CSV"),
+    global_batch: int | None = typer.Option(None, help="devices each precision needs for this batch (memory sweep)"),
+    device_memory: str | None = typer.Option(None, help="each device's memory, e.g. 80GiB (default: the sweep's)"),
     as_json: bool = typer.Option(False, "--json", help="print the plan as JSON on stdout instead of the table "
                                  "(messages go to stderr)"),
     json_out: Path | None = json_out_option("also write the plan as JSON to FILE"),
 ) -> None:
-    """Capacity plan: wall time, GPU-hours, energy and cost of training N samples on K
-    devices in each precision, from measured throughput and energy per sample."""
+    """Capacity plan per precision: wall time, GPU-hours, energy, cost of N samples on K devices."""
     output = output_of(ctx, as_json, json_out)
     cap = session.capacity(report, target_samples, gpus=gpus, price_per_gpu_hour=price_per_gpu_hour,
-                           pricing=pricing)
+                           pricing=pricing, global_batch=global_batch, device_memory=device_memory)
     output.data(cap.plan, lambda console: views.print_capacity(console, cap), write=False)
     for note in cap.notes:
         output.console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)

@@ -64,18 +64,60 @@ class Capacity:
 
 
 def capacity(source: str | Path, target_samples: int, *, gpus: int = 1, price_per_gpu_hour: float | None = None,
-             pricing: str | Path | None = None) -> Capacity:
+             pricing: str | Path | None = None, global_batch: int | None = None,
+             device_memory: str | int | None = None) -> Capacity:
     """Capacity plan from a report.json or a results folder: wall time, GPU-hours,
-    energy and cost of ``target_samples`` samples on ``gpus`` devices per precision."""
+    energy and cost of ``target_samples`` samples on ``gpus`` devices per precision; with
+    ``global_batch``, the devices of ``device_memory`` (``80GiB``; default: the memory the
+    sweep ran on) each precision needs for it, from the folder's memory sweep."""
     from ampcert import gate as regression
     from ampcert import plan as planning
 
     with interruptible():
         side = regression.load_source(Path(source))
-        cp = planning.capacity_plan(side.runs, target_samples, gpus, price_per_gpu_hour, pricing)
+        fits = _memory_fits(Path(source)) if global_batch is not None else []
+        if global_batch is not None and not fits:
+            raise UserError(f"{source}: no memory sweep to fit a global batch with (a suite's "
+                            "`memory: {batch_sizes: [...]}`, docs/suites.md)")
+        cp = planning.capacity_plan(side.runs, target_samples, gpus, price_per_gpu_hour, pricing,
+                                    global_batch=global_batch, memory_fits=fits,
+                                    device_memory=_size(device_memory, "--device-memory"))
         if not cp.rows:
             raise UserError(f"{source}: no run results to plan from")
         return Capacity(cp, side.suite_name, planning.table_rows(cp), cp.assumptions + planning.notes(cp))
+
+
+def _memory_fits(source: Path) -> list:
+    """The memory sweep's fits of a results folder (fitted now) or a report.json (as stored)."""
+    import json
+
+    from ampcert.configio import parse_model
+    from ampcert.memory import MemoryFit
+    from ampcert.report.model import memory_fits
+    from ampcert.results import load
+
+    if source.is_dir():
+        return memory_fits(load(source))
+    stored = json.loads(source.read_text(encoding="utf-8")).get("memory") or []  # load_source read it already
+    if not isinstance(stored, list):
+        raise UserError(f"{source}: memory: expected a list of memory fits")
+    return [parse_model(MemoryFit, item, f"{source}: memory[{i}]") for i, item in enumerate(stored)]
+
+
+def _size(value: str | int | None, name: str) -> int | None:
+    """A memory size as bytes (``80GiB``, ``24GB``, ``512MiB`` or a number of bytes)."""
+    from pydantic import ByteSize, TypeAdapter, ValidationError
+
+    if value is None:
+        return None
+    try:
+        size = int(TypeAdapter(ByteSize).validate_python(value))
+    except ValidationError as exc:
+        raise UserError(f"{name}: expected a size such as 80GiB, 24GB or 512MiB, got {value!r} "
+                        f"({exc.errors()[0]['msg']})") from None
+    if size < 1:
+        raise UserError(f"{name}: expected a positive size, got {value!r}")
+    return size
 
 
 def write_capacity(cap: Capacity, *, csv: str | Path | None, json_path: str | Path | None) -> list[Path]:
