@@ -227,3 +227,37 @@ def test_plan_of_a_folder_without_a_sweep_refuses_a_global_batch(tmp_path, cli_h
     folder = write_results(tmp_path / "out", [completed(s, final_metric=0.9) for s in specs])
     proc = cli_here("plan", folder, "--target-samples", "1000", "--global-batch", "64")
     assert proc.returncode == 2 and "no memory sweep to fit a global batch with" in proc.stderr
+
+
+# --------------------------------------------------------------------------- the memory.saving rule
+
+
+def _swept_runs(device, bf16_per_sample_mib, wobble_mib=0.0):
+    specs = plan({"name": "t", "device": device, "precisions": ["fp32", "bf16"], "train": {"steps": 20},
+                  "memory": {"batch_sizes": [16, 32, 64]}, "workloads": [{"workload": "digits"}]}, device=device)
+    runs = [completed(s, final_metric=0.9) for s in specs if not s.is_memory_sweep]
+    sweep = [_measured(s, 200 * MiB, (1 if s.precision == "fp32" else bf16_per_sample_mib) * MiB,
+                       {16: 1, 32: -2, 64: 1}[s.batch_size] * wobble_mib * MiB) for s in specs if s.is_memory_sweep]
+    return runs, sweep
+
+
+@pytest.mark.parametrize("bf16_mib, wobble, status", [(0.5, 0.0, "PASS"), (0.9, 0.0, "FAIL"), (0.68, 2.0, "INCONCLUSIVE")])
+def test_memory_saving_is_judged_on_cuda_from_the_sweep(bf16_mib, wobble, status):
+    from ampcert.certify import evaluate, load_rules
+
+    runs, sweep = _swept_runs("cuda", bf16_mib, wobble)
+    cert = evaluate(runs, load_rules("procurement"), sweep)
+    [verdict] = [v for v in cert.verdicts if v.rule == "memory.saving"]
+    assert str(verdict.subject) == "digits/torch/native/bf16" and verdict.required
+    assert verdict.status == status, verdict.summary
+    assert verdict.evidence["limit"] == 0.3 and verdict.evidence["saving"] == pytest.approx(1 - bf16_mib, abs=0.05)
+    # without the sweep: no verdict (the rule judges what was swept)
+    assert not [v for v in evaluate(runs, load_rules("procurement")).verdicts if v.rule == "memory.saving"]
+
+
+def test_memory_saving_does_not_apply_on_a_cpu():
+    from ampcert.certify import evaluate, load_rules
+
+    runs, sweep = _swept_runs("cpu", 1.2)  # bf16 costs memory on a CPU: not a verdict of this rule there
+    assert not [v for v in evaluate(runs, load_rules("procurement"), sweep).verdicts if v.rule == "memory.saving"]
+    assert all(r.check != "memory_saving" for r in load_rules("default").rules)

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ampcert.aggregate import group_runs, not_comparable, reference_key
 from ampcert.certify import rules as R
 from ampcert.certify.stats import olympic_mean, paired_tost
+from ampcert.memory import LEVEL, MemoryFit, fit_sweep
 from ampcert.results import RunResult
 from ampcert.vocabulary import Status, Subject, worst
 
@@ -80,6 +81,8 @@ class _Group:
         self.workload = runs[0].spec.workload
         # The other precisions of the same entry, backend and amp (a rule may compare with BF16).
         self._siblings = siblings or {}
+        # The memory sweep's fit of this subject, with its saving against FP32's (None: not swept).
+        self.memory: MemoryFit | None = None
 
     def reference(self, precision: str) -> list[RunResult]:
         """The primary runs of ``precision`` that this subject is compared with."""
@@ -430,6 +433,25 @@ def check_memory_ratio(rule: R.MemoryRatio, g: _Group) -> Verdict | None:
     return _ratio_check(rule, g, lambda r: r.peak_memory.value if r.peak_memory else None, "peak memory", False)
 
 
+@judges(R.MemorySaving)
+def check_memory_saving(rule: R.MemorySaving, g: _Group) -> Verdict | None:
+    fit = g.memory
+    if fit is None:
+        return None
+    limit = rule.threshold(g.subject.workload, g.workload)
+    saving = fit.saving
+    if saving is None:
+        return _verdict(rule, g, Status.INCONCLUSIVE, "no saving per sample: the sweep has no line for this "
+                        f"precision or for fp32 ({fit.note or 'fp32 not swept'})", limit=limit)
+    low, high = saving.interval or (saving.fraction, saving.fraction)
+    status = Status.PASS if low >= limit else Status.FAIL if high < limit else Status.INCONCLUSIVE
+    shown = f"{saving.fraction:.1%}" + (f" ({LEVEL:.0%} interval {low:.1%} to {high:.1%})" if saving.interval else
+                                        " (no interval: three or more batch sizes per line give one)")
+    return _verdict(rule, g, status, f"saves {shown} of fp32's memory per sample, at least {limit:.0%} wanted",
+                    saving=saving.fraction, interval=saving.interval, limit=limit,
+                    bytes_per_sample=fit.bytes_per_sample)
+
+
 @judges(R.PrecisionDisclosure)
 def check_precision_disclosure(rule: R.PrecisionDisclosure, g: _Group) -> Verdict | None:
     """Each run's measured lowest precision (result.json ``lowest_precision``)
@@ -535,19 +557,22 @@ CHECK_FUNCTIONS: dict[str, CheckFunction] = _every_check_judged()
 # --------------------------------------------------------------------------- evaluation
 
 
-def evaluate(results: Iterable[RunResult], pack: R.RulePack) -> Certificate:
-    """Every rule of ``pack`` on every subject it applies to."""
+def evaluate(results: Iterable[RunResult], pack: R.RulePack, memory_runs: Iterable[RunResult] = ()) -> Certificate:
+    """Every rule of ``pack`` on every subject it applies to (``memory_runs``: the suite's
+    memory sweep, which the memory rules judge)."""
     # The subjects are the groups of every other view (ampcert.aggregate), repeats
     # included: they are the determinism check's evidence.
     groups = group_runs(results, repeats=True)
+    fits = {f.subject: f for f in fit_sweep(memory_runs)}
     verdicts: list[Verdict] = []
     for subject in sorted(groups):
         runs = groups[subject]
         siblings = {p: groups.get(subject.with_precision(p), []) for p in ("bf16",)}
         group = _Group(subject, runs, groups.get(reference_key(subject), []), siblings)
+        group.memory = fits.get(subject)
         for rule in pack.rules:
             if not rule.applies_to.matches(subject.workload, runs[0].spec.workload, subject.backend, subject.amp,
-                                           subject.precision):
+                                           subject.precision, runs[0].spec.device):
                 continue
             v = CHECK_FUNCTIONS[rule.check](rule, group)
             if v is not None:

@@ -60,13 +60,17 @@ class AppliesTo(_Strict):
     precisions: list[Precision] = Field(default_factory=lambda: list(LOW_PRECISIONS), min_length=1)
     backends: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
     amp: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
+    # `[cuda]`: a rule for GPUs only (a CPU's memory behaves otherwise, see memory_saving).
+    devices: list[Literal["*", "cpu", "cuda"]] = Field(default=["*"], min_length=1)
 
-    def matches(self, label: str, workload: str, backend: str, amp: str, precision: str) -> bool:
+    def matches(self, label: str, workload: str, backend: str, amp: str, precision: str,
+                device: str | None = None) -> bool:
         def ok(values: list[str], *candidates: str) -> bool:
             return "*" in values or any(c in values for c in candidates)
 
         return (ok(self.workloads, label, workload) and precision in self.precisions
-                and ok(self.backends, backend) and ok(self.amp, amp))
+                and ok(self.backends, backend) and ok(self.amp, amp)
+                and (device is None or ok(list(self.devices), device)))
 
 
 #: every check, its id to its rule model, in the order the models are defined below
@@ -174,6 +178,17 @@ class MemoryRatio(RuleModel):
     check: Literal["memory_ratio"]
     max_ratio: float = Field(gt=0)
     threshold_field: ClassVar[str] = "max_ratio"
+
+
+class MemorySaving(RuleModel):
+    """Memory per sample saved against FP32, from the suite's memory sweep (its fitted
+    lines, ampcert/memory.py): PASS where the interval's lower end reaches ``min_saving``,
+    FAIL where its upper end falls short, INCONCLUSIVE between; no verdict for a subject
+    that was not swept."""
+
+    check: Literal["memory_saving"]
+    min_saving: float = Field(gt=-1, lt=1)
+    threshold_field: ClassVar[str] = "min_saving"
 
 
 class PrecisionDisclosure(RuleModel):

@@ -116,7 +116,7 @@ def check_fp32_reference(pack: RulePack, runs: list[RunSpec], suite_path: Path) 
                 continue
             if rule.check == "convergence" and r.target is None:
                 continue  # a fixed step budget has no target to converge to: the check does not apply
-            if rule.applies_to.matches(r.label, r.workload, r.backend, r.amp, r.precision):
+            if rule.applies_to.matches(r.label, r.workload, r.backend, r.amp, r.precision, r.device):
                 raise UserError(
                     f"{suite_path}: certify: rule pack {pack.name!r} compares {r.precision} with fp32 (rule "
                     f"{rule.id}, {rule.check}), but workload {r.label!r} runs no fp32: add fp32 to its "

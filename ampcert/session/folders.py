@@ -99,7 +99,7 @@ def _certify(root: Path, rs: ResultSet, rules: str | Path | RulePack | None) -> 
     from ampcert.certify.rules import RulePack
     from ampcert.results import ResultsDir, atomic_write_json
 
-    cert = evaluate(rs.runs, rules if isinstance(rules, RulePack) else load_rules(rules))
+    cert = evaluate(rs.runs, rules if isinstance(rules, RulePack) else load_rules(rules), rs.memory_runs)
     atomic_write_json(ResultsDir(root).verdicts_file, cert)
     return cert
 
@@ -181,7 +181,7 @@ def _evaluate(rs: ResultSet, rules: str | Path | None) -> Certificate:
     """The certificate of a rule pack on loaded results, nothing written."""
     from ampcert.certify import evaluate, load_rules
 
-    return evaluate(rs.runs, load_rules(rules))
+    return evaluate(rs.runs, load_rules(rules), rs.memory_runs)
 
 
 def _what_if(root: Path, rs: ResultSet, cert: Certificate) -> Finished:
