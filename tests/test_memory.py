@@ -261,3 +261,28 @@ def test_memory_saving_does_not_apply_on_a_cpu():
     runs, sweep = _swept_runs("cpu", 1.2)  # bf16 costs memory on a CPU: not a verdict of this rule there
     assert not [v for v in evaluate(runs, load_rules("procurement"), sweep).verdicts if v.rule == "memory.saving"]
     assert all(r.check != "memory_saving" for r in load_rules("default").rules)
+
+
+def test_a_jax_sweep_reads_its_peak_before_the_evaluation(tmp_path, write_suite):
+    pytest.importorskip("jax")
+    suite = write_suite("""\
+        name: jax-sweep
+        backend: jax
+        amp: ampcert
+        device: cpu
+        precisions: [fp32]
+        memory: {batch_sizes: [8, 16, 32], steps: 2}
+        workloads:
+          - workload: gpt   # each run is a JIT compile: the smallest that has a line to fit
+            params: {size: tiny, max_bytes: 100000, eval_windows: 8}
+            train: {steps: 2}
+        """)
+    proc = run_cli("run", suite, "--out", tmp_path / "out", timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rs = load(tmp_path / "out")
+    assert sorted(r.spec.batch_size for r in rs.memory_runs) == [8, 16, 32]
+    assert all(r.status == "completed" and r.spec.backend == "jax" for r in rs.memory_runs)
+    assert all("before any evaluation" in r.peak_memory.method for r in rs.memory_runs)
+    [fit] = fit_sweep(rs.memory_runs)
+    assert str(fit.subject) == "gpt/jax/ampcert/fp32" and len(fit.points) == 3
+    assert "memory:" in proc.stdout and "per sample" in proc.stdout  # the fit printed after the run

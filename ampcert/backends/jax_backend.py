@@ -184,6 +184,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     log.start(mllog.RUN_START)
     run_start = time.perf_counter()
     step = 0
+    sweep_peak: Measured | None = None
     while step < limit:
         window = min(budget.eval_every, limit - step)
         log.start(mllog.BLOCK_START, metadata=loop.block_metadata(step + 1, window, trained))
@@ -226,6 +227,8 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         values = [float(v) for v in window_losses]
         losses.extend(values)
         scaling.check_window([math.isfinite(v) for v in values], step, spec.precision)
+        if spec.is_memory_sweep and sweep_peak is None:  # training's peak, before any evaluation
+            sweep_peak = _peak_memory(jdev, before_eval=True)
 
         tel.phase("eval")
         t_eval = time.perf_counter()
@@ -262,7 +265,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
             "compile_s": compile_s,
             "policy_rewrite": loss_of.report(params, state, x, y).as_dict() if policy is not None else None,
         },
-        peak_memory=_peak_memory(jdev), weights_sha256=params_digest(params), data_info=task.data_info,
+        peak_memory=sweep_peak or _peak_memory(jdev), weights_sha256=params_digest(params), data_info=task.data_info,
         lowest_precision=lowest_precision, step_samples=step_samples,
     )
 
@@ -293,13 +296,14 @@ def _step_flops(step_jit, *args) -> float | None:
     return float(flops) if flops and flops > 0 else None
 
 
-def _peak_memory(jdev) -> Measured:
+def _peak_memory(jdev, before_eval: bool = False) -> Measured:
     stats = None
     try:
         stats = jdev.memory_stats()
     except Exception:  # noqa: BLE001
         stats = None
     if stats and "peak_bytes_in_use" in stats:
+        during = ", over building and training, before any evaluation" if before_eval else ""
         return Measured(value=float(stats["peak_bytes_in_use"]), unit="bytes",
-                        method=f"JAX device memory_stats peak_bytes_in_use ({jdev.device_kind})")
-    return loop.host_peak_memory()
+                        method=f"JAX device memory_stats peak_bytes_in_use ({jdev.device_kind}){during}")
+    return loop.host_peak_memory(before_eval)
