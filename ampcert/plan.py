@@ -272,10 +272,11 @@ def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
         "positive where the precision saves, negative where it costs more",
     ]
     if global_batch is not None:
+        against = "--device-memory" if device_memory else "the suite's first memory budget, else the sweep device's memory"
         assumptions.append(
             f"fitting: data parallel, every device holds the whole model, optimizer and framework (the memory "
             f"sweep's fixed bytes) and global batch / devices samples; the largest batch per device is the "
-            f"sweep's fitted line against {'--device-memory' if device_memory else 'the memory the sweep ran on'}, "
+            f"sweep's fitted line against {against} (each row's device_memory_bytes), "
             "measured on the sweep's own device (docs/suites.md, \"Memory sweep\")")
     return CapacityPlan(target_samples=n, gpus=k, currency=table.currency, pricing=source,
                         pricing_sha256=None if price_per_gpu_hour is not None else table.sha256 or None,
@@ -286,13 +287,13 @@ def _fitting(fit: MemoryFit | None, global_batch: int, device_memory: int | None
     """A row's answer to the fitting question: how many devices its precision needs."""
     if fit is None:
         return {"fit_reason": "no memory sweep of this subject (the suite's `memory:`)"}
-    budget = device_memory or next((b.budget_bytes for b in fit.budgets if b.source == "device"), None) or (
-        fit.budgets[0].budget_bytes if fit.budgets else None)
+    on_device = next((b.budget_bytes for b in fit.budgets if b.source == "device"), None)
+    budget = device_memory or on_device or (fit.budgets[0].budget_bytes if fit.budgets else None)
     if budget is None:
         return {"fit_reason": "no device memory known: pass --device-memory"}
     per_device = fit.largest_batch(budget)
     failed = [d.batch for d in fit.does_not_fit if per_device is not None and d.batch <= per_device]
-    if failed and device_memory is None:  # measured on that device: a batch that did not fit wins over the line
+    if failed and device_memory is None and on_device is not None:  # a batch that did not fit there wins over the line
         per_device = failed[0] - 1 or None
     if per_device is None:
         reason = fit.note or "the sweep's fit gives no batch that fits"

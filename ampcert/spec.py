@@ -222,13 +222,13 @@ class Fp8(_Strict):
 
 class MemorySweep(_Strict):
     """The suite's memory sweep (``memory:``): for each workload entry and
-    precision, short runs at each of ``batch_sizes`` (seed 0 of the suite's
+    precision, short runs at each of ``batch_sizes`` (the first of the suite's
     seeds, ``steps`` training steps, the first of them left out of the peak
     where the device can leave it out: on CUDA) whose peak memory
     is fitted against the batch: fixed bytes plus bytes per sample. The fit
     gives the largest batch that fits each of ``budgets`` (``24GiB``,
     ``80GB``, ``512MiB``; none: the device's own memory). Sweep runs never
-    enter the certificate or the speed tables (ampcert/memory.py)."""
+    enter the speed tables or other rules than memory_saving (ampcert/memory.py)."""
 
     batch_sizes: list[PositiveInt] = Field(min_length=3)
     budgets: list[ByteSize] = Field(default_factory=list)
@@ -873,6 +873,8 @@ def apply_capabilities(
                     f"{run.precision} not accelerated on {run.device}; skipped by "
                     "the suite's `unaccelerated: skip`"
                 )
+            elif suite.unaccelerated == "cap" and run.is_memory_sweep:  # a few steps already; fewer measure nothing
+                update["capability_note"] += "; a memory-sweep run is not capped (its peak needs its steps)"
             elif suite.unaccelerated == "cap":
                 limit = suite.unaccelerated_max_steps
                 assert limit is not None

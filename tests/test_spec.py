@@ -244,3 +244,15 @@ def test_a_memory_sweep_adds_short_runs_at_each_batch_beside_the_matrix():
     assert len({r.run_id for r in after}) == len(after)
     # Not written where not set: results of ordinary runs keep their bytes.
     assert "batch_size" not in before[0].model_dump(mode="json", exclude={"params"}) and not before[0].is_memory_sweep
+
+
+def test_unaccelerated_cap_leaves_memory_sweep_runs_their_steps():
+    suite = parse_suite({"name": "t", "precisions": ["fp32", "fp16"], "train": {"steps": 400}, "unaccelerated": "cap",
+                         "unaccelerated_max_steps": 1, "memory": {"batch_sizes": [8, 16, 32], "steps": 4},
+                         "workloads": [{"workload": "digits"}]})
+    planned = apply_capabilities(suite, expand(suite, "cpu"), CAPS)
+    capped = [r for r in planned if r.precision == "fp16" and not r.is_memory_sweep]
+    swept = [r for r in planned if r.precision == "fp16" and r.is_memory_sweep]
+    assert capped[0].train.steps == 1 and "capped at 1" in capped[0].capability_note
+    assert [r.train.steps for r in swept] == [4, 4, 4]
+    assert all("memory-sweep run is not capped" in r.capability_note for r in swept)

@@ -516,9 +516,10 @@ def _shrink_device(limit: int) -> None:
 
 def _peak_memory(device: str, after_warmup: bool = False) -> Measured:
     if device == "cuda":
-        method = "torch.cuda.max_memory_allocated (tensors only, excludes allocator cache)"
-        if after_warmup:  # a memory sweep's: the steps after the first, with what the allocator reserved beside it
-            method = ("torch.cuda.max_memory_allocated over the steps after the first (tensors only; "
-                      f"max reserved by the caching allocator {torch.cuda.max_memory_reserved():.0f} bytes)")
-        return Measured(value=float(torch.cuda.max_memory_allocated()), unit="bytes", method=method)
+        if after_warmup:  # a memory sweep's: what the caching allocator held, which is what a card must hold
+            return Measured(value=float(torch.cuda.max_memory_reserved()), unit="bytes",
+                            method="torch.cuda.max_memory_reserved over the steps after the first (the caching "
+                                   "allocator's segments: tensors and cache; not the CUDA context)")
+        return Measured(value=float(torch.cuda.max_memory_allocated()), unit="bytes",
+                        method="torch.cuda.max_memory_allocated (tensors only, excludes allocator cache)")
     return loop.host_peak_memory(before_eval=after_warmup)

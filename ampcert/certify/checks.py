@@ -435,21 +435,19 @@ def check_memory_ratio(rule: R.MemoryRatio, g: _Group) -> Verdict | None:
 
 @judges(R.MemorySaving)
 def check_memory_saving(rule: R.MemorySaving, g: _Group) -> Verdict | None:
-    fit = g.memory
+    fit, limit = g.memory, rule.threshold(g.subject.workload, g.workload)
     if fit is None:
         return None
-    limit = rule.threshold(g.subject.workload, g.workload)
     saving = fit.saving
-    if saving is None:
-        return _verdict(rule, g, Status.INCONCLUSIVE, "no saving per sample: the sweep has no line for this "
-                        f"precision or for fp32 ({fit.note or 'fp32 not swept'})", limit=limit)
-    low, high = saving.interval or (saving.fraction, saving.fraction)
+    if saving is None or saving.interval is None:  # a required rule is never decided on a point estimate
+        why = (f"the sweep has no line for this precision or for fp32 ({fit.note or 'fp32 not swept'})" if saving is None
+               else f"{saving.fraction:.1%} saved, with no interval: each line needs three or more batch sizes")
+        return _verdict(rule, g, Status.INCONCLUSIVE, f"no saving per sample to judge: {why}", limit=limit)
+    low, high = saving.interval
     status = Status.PASS if low >= limit else Status.FAIL if high < limit else Status.INCONCLUSIVE
-    shown = f"{saving.fraction:.1%}" + (f" ({LEVEL:.0%} interval {low:.1%} to {high:.1%})" if saving.interval else
-                                        " (no interval: three or more batch sizes per line give one)")
+    shown = f"{saving.fraction:.1%} ({LEVEL:.0%} interval {low:.1%} to {high:.1%})"
     return _verdict(rule, g, status, f"saves {shown} of fp32's memory per sample, at least {limit:.0%} wanted",
-                    saving=saving.fraction, interval=saving.interval, limit=limit,
-                    bytes_per_sample=fit.bytes_per_sample)
+                    saving=saving.fraction, interval=saving.interval, limit=limit, bytes_per_sample=fit.bytes_per_sample)
 
 
 @judges(R.PrecisionDisclosure)

@@ -528,7 +528,7 @@ def plan_cmd(
     pricing: Path | None = typer.Option(None, "--pricing", help="price table (default configs/pricing.yaml)"),
     csv: Path | None = typer.Option(None, "--csv", help="also write the plan as CSV"),
     global_batch: int | None = typer.Option(None, help="devices each precision needs for this batch (memory sweep)"),
-    device_memory: str | None = typer.Option(None, help="each device's memory, e.g. 80GiB (default: the sweep's)"),
+    device_memory: str | None = typer.Option(None, help="each device's memory, e.g. 80GiB (default: see docs)"),
     as_json: bool = typer.Option(False, "--json", help="print the plan as JSON on stdout instead of the table "
                                  "(messages go to stderr)"),
     json_out: Path | None = json_out_option("also write the plan as JSON to FILE"),

@@ -138,10 +138,14 @@ def _follower(spec, rank: int) -> int:
 
     from ampcert import mllog
     from ampcert.backends import torch_backend
-    from ampcert.backends.contract import RunFailed
+    from ampcert.backends.contract import DoesNotFit, RunFailed
 
     try:
         torch_backend.train(spec, mllog.MLLogger(io.StringIO(), namespace=spec.run_id), None)
+    except DoesNotFit as exc:  # this rank's own device ran out: rank 0 may be waiting in a collective
+        print(f"ampcert: rank {rank}: {exc}", file=sys.stderr)
+        time.sleep(FOLLOWER_GRACE_S)
+        return ERROR
     except RunFailed as exc:  # every rank sees it; rank 0 records it
         print(f"ampcert: rank {rank}: {exc}", file=sys.stderr)
         return COMPLETED

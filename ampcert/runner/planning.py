@@ -100,7 +100,7 @@ def check_fp8_layers(runs: list[RunSpec]) -> None:
 
 # The checks that judge a precision against FP32 runs of the same entry, backend and amp
 # (accuracy_parity with its default `reference: fp32`; the others always).
-_FP32_CHECKS = ("accuracy_parity", "convergence", "speedup", "memory_ratio")
+_FP32_CHECKS = ("accuracy_parity", "convergence", "speedup", "memory_ratio", "memory_saving")
 
 
 def check_fp32_reference(pack: RulePack, runs: list[RunSpec], suite_path: Path) -> None:
