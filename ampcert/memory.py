@@ -49,6 +49,10 @@ class MemoryPoint(_Model):
     peak_bytes: float
     run_id: str
     residual_bytes: float = Field(description="measured peak minus the fitted line's")
+    device_used_bytes: float | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="NVML's view beside the allocator's: the device's peak used memory over the run (every "
+                    "process, the CUDA context and the evaluation included); absent without NVML")
 
 
 class DoesNotFit(_Model):
@@ -156,7 +160,7 @@ def _fit(subject: Subject, runs: list[RunResult], budgets: list[tuple[int, str]]
     fit.fixed_bytes, fit.bytes_per_sample = float(line.intercept), float(line.slope)
     if len(batches) > 2:  # with two points the line passes through both: no error to estimate
         fit.fixed_stderr, fit.per_sample_stderr = float(line.intercept_stderr), float(line.stderr)
-    fit.points = [MemoryPoint(batch=int(b), peak_bytes=p, run_id=r.run_id,
+    fit.points = [MemoryPoint(batch=int(b), peak_bytes=p, run_id=r.run_id, device_used_bytes=_device_used(r),
                               residual_bytes=p - (fit.fixed_bytes + fit.bytes_per_sample * b))
                   for (b, r), p in zip(measured, peaks, strict=True)]
     fit.max_residual_share = max(abs(p.residual_bytes) / p.peak_bytes for p in fit.points)
@@ -166,6 +170,14 @@ def _fit(subject: Subject, runs: list[RunResult], budgets: list[tuple[int, str]]
         fit.budgets.append(_budget(fit, budget, source))
     fit.note = "; ".join(notes)
     return fit
+
+
+def _device_used(r: RunResult) -> float | None:
+    """NVML's peak used memory of the run's GPU(s), from its telemetry (``<gpu>.mem_used_bytes``)."""
+    peaks = (r.telemetry or {}).get("peak_memory") or {}
+    values = [v.get("value") for k, v in peaks.items() if k.endswith(".mem_used_bytes") and isinstance(v, dict)]
+    found = [float(v) for v in values if isinstance(v, (int, float))]
+    return max(found) if found else None
 
 
 def _budget(fit: MemoryFit, budget: int, source: str) -> BudgetFit:

@@ -286,3 +286,32 @@ def test_a_jax_sweep_reads_its_peak_before_the_evaluation(tmp_path, write_suite)
     [fit] = fit_sweep(rs.memory_runs)
     assert str(fit.subject) == "gpt/jax/ampcert/fp32" and len(fit.points) == 3
     assert "memory:" in proc.stdout and "per sample" in proc.stdout  # the fit printed after the run
+
+
+def test_a_sweep_batch_larger_than_the_training_set_is_refused_when_planned(tmp_path, write_suite, cli_here):
+    suite = write_suite("""\
+        name: too-big
+        device: cpu
+        precisions: [fp32]
+        memory: {batch_sizes: [16, 32, 4096]}
+        workloads:
+          - workload: digits
+            train: {steps: 2}
+        """)
+    proc = cli_here("run", suite, "--out", tmp_path / "out", "--dry-run")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert f"{suite}: memory: workload 'digits': memory sweep batch 4096 is more than the 1438 training examples" \
+        in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_nvmls_view_is_kept_beside_each_point_where_it_was_sampled():
+    specs = _sweep(precisions=("fp32",))
+    runs = [_measured(s, 100 * MiB, MiB).model_copy(update={"telemetry": {"peak_memory": {
+        "gpu0.mem_used_bytes": {"value": 700.0 * MiB + s.batch_size * MiB, "unit": "bytes", "method": "nvml"},
+        "host.rss_bytes": {"value": 5e9, "unit": "bytes", "method": "rss"}}}}) for s in specs]
+    fit = fit_sweep(runs)[0]
+    assert [p.device_used_bytes for p in fit.points] == [(700 + b) * MiB for b in (16, 32, 64)]
+    plain = fit_sweep([_measured(s, 100 * MiB, MiB) for s in specs])[0]
+    assert all(p.device_used_bytes is None for p in plain.points)
+    assert "device_used_bytes" not in plain.model_dump_json()  # absent, not null, without NVML

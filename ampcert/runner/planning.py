@@ -98,6 +98,31 @@ def check_fp8_layers(runs: list[RunSpec]) -> None:
         torch_fp8.check_layers(task.model, run.precision, run.fp8, f"workload {run.label!r}, precision {run.precision}")
 
 
+def check_memory_sweep(runs: list[RunSpec], suite_path: Path) -> None:
+    """Refuse, before any run, a memory sweep a workload cannot train: one that streams its
+    batches from its own loader, or a batch larger than its training set. Each swept entry's
+    task is built once, on the CPU, for its data only."""
+    from ampcert.backends.contract import Unsupported
+    from ampcert.backends.loop import sweep_batch
+    from ampcert.workloads import registry
+
+    sizes: dict[tuple[str, str], int | None] = {}
+    for run in runs:
+        if not run.is_memory_sweep:
+            continue
+        key = (run.label, run.backend)
+        if key not in sizes:
+            workload = registry.get(run.workload)
+            params = workload.Params.model_validate(run.params)
+            build = workload.build if run.backend == "torch" else getattr(workload, "build_jax")  # noqa: B009
+            task = build(params, run.seed, "cpu")  # planning refused a JAX suite of a workload without build_jax
+            sizes[key] = None if task.train_x is None else len(task.train_x)
+        try:
+            sweep_batch(run, sizes[key])
+        except Unsupported as exc:
+            raise UserError(f"{suite_path}: memory: workload {run.label!r}: {str(exc).split(': ', 1)[1]}") from None
+
+
 # The checks that judge a precision against FP32 runs of the same entry, backend and amp
 # (accuracy_parity with its default `reference: fp32`; the others always).
 _FP32_CHECKS = ("accuracy_parity", "convergence", "speedup", "memory_ratio", "memory_saving")
@@ -143,6 +168,7 @@ def plan_suite(suite_path: str | Path) -> Plan:
     if pack is not None:
         check_fp32_reference(pack, runs, path)
     check_fp8_layers(runs)
+    check_memory_sweep(runs, path)
     precisions: list[str] = sorted({r.precision for r in runs})
     capabilities = probe(device, precisions, backend=suite.backend)
     submission = suite.submission
