@@ -353,17 +353,25 @@ def host_peak_memory(before_eval: bool = False) -> Measured:
     return Measured(value=float(kib * scale), unit="bytes", method=method)
 
 
-def sweep_batch(spec: RunSpec, n_train: int | None) -> int:
-    """The batch a memory-sweep run trains at, out of ``n_train`` examples in memory (None: a
-    streamed data set, whose batches are its loader's). Never silently fewer than asked."""
-    assert spec.batch_size is not None
+def sweep_problem(batch: int, n_train: int | None) -> str | None:
+    """Why a memory sweep cannot train at ``batch`` out of ``n_train`` examples in memory
+    (None: a streamed data set, whose batches are its loader's); None where it can. Planning
+    refuses the suite with it, and a run that gets this far fails with it."""
     if n_train is None:
-        raise Unsupported(f"{spec.workload}: a memory sweep sets the batch size, and this workload streams "
-                          "its training batches from its own loader (train_data): sweep it with its own "
-                          "batch parameter instead")
-    if spec.batch_size > n_train:
-        raise Unsupported(f"{spec.workload}: memory sweep batch {spec.batch_size} is more than the {n_train} "
-                          "training examples this workload holds: sweep smaller batches")
+        return ("a memory sweep sets the batch size, and this workload streams its training batches from "
+                "its own loader (train_data): sweep it with its own batch parameter instead")
+    if batch > n_train:
+        return (f"memory sweep batch {batch} is more than the {n_train} training examples this workload "
+                "holds: sweep smaller batches")
+    return None
+
+
+def sweep_batch(spec: RunSpec, n_train: int | None) -> int:
+    """The batch a memory-sweep run trains at: never silently fewer than asked (:func:`sweep_problem`)."""
+    assert spec.batch_size is not None
+    problem = sweep_problem(spec.batch_size, n_train)
+    if problem is not None:
+        raise Unsupported(f"{spec.workload}: {problem}")
     return spec.batch_size
 
 

@@ -102,8 +102,7 @@ def check_memory_sweep(runs: list[RunSpec], suite_path: Path) -> None:
     """Refuse, before any run, a memory sweep a workload cannot train: one that streams its
     batches from its own loader, or a batch larger than its training set. Each swept entry's
     task is built once, on the CPU, for its data only."""
-    from ampcert.backends.contract import Unsupported
-    from ampcert.backends.loop import sweep_batch
+    from ampcert.backends.loop import sweep_problem
     from ampcert.workloads import registry
 
     sizes: dict[tuple[str, str], int | None] = {}
@@ -117,10 +116,10 @@ def check_memory_sweep(runs: list[RunSpec], suite_path: Path) -> None:
             build = workload.build if run.backend == "torch" else getattr(workload, "build_jax")  # noqa: B009
             task = build(params, run.seed, "cpu")  # planning refused a JAX suite of a workload without build_jax
             sizes[key] = None if task.train_x is None else len(task.train_x)
-        try:
-            sweep_batch(run, sizes[key])
-        except Unsupported as exc:
-            raise UserError(f"{suite_path}: memory: workload {run.label!r}: {str(exc).split(': ', 1)[1]}") from None
+        assert run.batch_size is not None
+        problem = sweep_problem(run.batch_size, sizes[key])
+        if problem is not None:
+            raise UserError(f"{suite_path}: memory: workload {run.label!r}: {problem}")
 
 
 # The checks that judge a precision against FP32 runs of the same entry, backend and amp
