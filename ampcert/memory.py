@@ -167,7 +167,7 @@ def _fit(subject: Subject, runs: list[RunResult], budgets: list[tuple[int, str]]
     if fit.bytes_per_sample <= 0:
         notes.append("the peak does not grow with the batch over the sizes swept: sweep larger batches")
     for budget, source in budgets:
-        fit.budgets.append(_budget(fit, budget, source))
+        fit.budgets.append(fit_budget(fit, budget, source))
     fit.note = "; ".join(notes)
     return fit
 
@@ -180,10 +180,14 @@ def _device_used(r: RunResult) -> float | None:
     return max(found) if found else None
 
 
-def _budget(fit: MemoryFit, budget: int, source: str) -> BudgetFit:
+def fit_budget(fit: MemoryFit, budget: int, source: str) -> BudgetFit:
+    """The largest batch ``fit`` puts within ``budget`` bytes, with why where none. A batch
+    that ran out of memory caps it only where ``source`` is "device": measured there."""
     batch = fit.largest_batch(budget)
     note = ""
-    if batch is None and fit.bytes_per_sample is not None and fit.bytes_per_sample > 0:
+    if fit.bytes_per_sample is None:
+        note = fit.note or "no line was fitted"
+    elif batch is None and fit.bytes_per_sample > 0:
         note = "not even batch 1: the fixed bytes alone are more than this budget"
     elif batch is None:
         note = "no limit from this fit (the peak does not grow with the batch)"

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ampcert import formats
 from ampcert.aggregate import REFERENCE, SubjectRow, group_runs, reference_key, run_value
 from ampcert.errors import UserError
-from ampcert.memory import MemoryFit
+from ampcert.memory import MemoryFit, fit_budget
 from ampcert.resources import config_path
 from ampcert.results import RunResult
 
@@ -287,21 +287,16 @@ def _fitting(fit: MemoryFit | None, global_batch: int, device_memory: int | None
     """A row's answer to the fitting question: how many devices its precision needs."""
     if fit is None:
         return {"fit_reason": "no memory sweep of this subject (the suite's `memory:`)"}
-    on_device = next((b.budget_bytes for b in fit.budgets if b.source == "device"), None)
-    budget = device_memory or on_device or (fit.budgets[0].budget_bytes if fit.budgets else None)
-    if budget is None:
+    # --device-memory, else the budget the sweep was fitted against (the device's own, where
+    # a batch that ran out of memory there caps it, else the suite's first).
+    chosen = (fit_budget(fit, device_memory, "--device-memory") if device_memory is not None else
+              next((b for b in fit.budgets if b.source == "device"), fit.budgets[0] if fit.budgets else None))
+    if chosen is None:
         return {"fit_reason": "no device memory known: pass --device-memory"}
-    per_device = fit.largest_batch(budget)
-    failed = [d.batch for d in fit.does_not_fit if per_device is not None and d.batch <= per_device]
-    if failed and device_memory is None and on_device is not None:  # a batch that did not fit there wins over the line
-        per_device = failed[0] - 1 or None
-    if per_device is None:
-        reason = fit.note or "the sweep's fit gives no batch that fits"
-        if fit.bytes_per_sample and fit.fixed_bytes is not None and fit.fixed_bytes >= budget:
-            reason = "not even batch 1 fits: the fixed bytes alone are more than the device's memory"
-        return {"device_memory_bytes": budget, "fit_reason": reason}
-    return {"device_memory_bytes": budget, "max_batch_per_device": per_device,
-            "devices_for_global_batch": math.ceil(global_batch / per_device)}
+    if chosen.largest_batch is None:
+        return {"device_memory_bytes": chosen.budget_bytes, "fit_reason": chosen.note}
+    return {"device_memory_bytes": chosen.budget_bytes, "max_batch_per_device": chosen.largest_batch,
+            "devices_for_global_batch": math.ceil(global_batch / chosen.largest_batch)}
 
 
 # --------------------------------------------------------------------------- output
