@@ -49,6 +49,16 @@ def fine_size(n_bytes: float | None) -> str:
     return size(n_bytes)
 
 
+def budget(n_bytes: float | None) -> str:
+    """A memory budget as a suite writes it (24 GiB, 80 GB: ``memory.budgets`` takes either),
+    else as :func:`size`; one spelling in the console, the reports and ``ampcert plan``."""
+    if n_bytes is not None and n_bytes > 0 and float(n_bytes).is_integer():
+        for unit, name in ((2**30, "GiB"), (10**9, "GB")):
+            if int(n_bytes) % unit == 0:
+                return f"{int(n_bytes) // unit:,} {name}"
+    return size(n_bytes)
+
+
 def seconds(s: float | None) -> str:
     return MISSING if s is None else f"{number(s, 3)} s"
 

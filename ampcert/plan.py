@@ -358,7 +358,7 @@ def table_rows(cp: CapacityPlan) -> list[dict[str, str]]:
         })
         if cp.global_batch is not None:
             rows[-1][f"devices for batch {cp.global_batch:,}"] = (
-                f"{r.devices_for_global_batch:,} ({r.max_batch_per_device:,}/device in {formats.size(r.device_memory_bytes)})"
+                f"{r.devices_for_global_batch:,} ({r.max_batch_per_device:,}/device in {formats.budget(r.device_memory_bytes)})"
                 if r.devices_for_global_batch is not None else "—")
     return rows
 

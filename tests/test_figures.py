@@ -99,3 +99,6 @@ def test_one_format_for_a_figure():
     assert formats.figure("energy_j_per_sample", 0.0123) == "0.0123 J"
     assert formats.figure("final_metric", None) == "—"
     assert formats.change(-0.0312) == "-3.1%" and formats.percent(0.47) == "+47%"
+    # a memory budget reads as the suite wrote it, in the console, both reports and ampcert plan
+    assert formats.budget(2**30) == "1 GiB" and formats.budget(80 * 10**9) == "80 GB"
+    assert formats.budget(141 * 2**30) == "141 GiB" and formats.budget(1000 * 2**20) == "1,000.0 MiB"

@@ -208,7 +208,7 @@ def test_plan_says_how_many_devices_each_precision_needs_for_a_global_batch(tmp_
     proc = cli_here("plan", tmp_path / "out", "--target-samples", "1000000", "--global-batch", "4096",
                     "--device-memory", "1GiB")
     assert proc.returncode == 0, proc.stderr
-    assert "5 (824/device in 1,024.0 MiB)" in proc.stdout and "3 (1,648/device" in proc.stdout
+    assert "5 (824/device in 1 GiB)" in proc.stdout and "3 (1,648/device" in proc.stdout
 
 
 @pytest.mark.parametrize("args, message", [
@@ -286,6 +286,39 @@ def test_a_jax_sweep_reads_its_peak_before_the_evaluation(tmp_path, write_suite)
     [fit] = fit_sweep(rs.memory_runs)
     assert str(fit.subject) == "gpt/jax/ampcert/fp32" and len(fit.points) == 3
     assert "memory:" in proc.stdout and "per sample" in proc.stdout  # the fit printed after the run
+
+
+def test_jax_out_of_memory_is_does_not_fit_and_other_errors_stay_errors(monkeypatch):
+    """XLA's own allocation failure (a real one: 16 TiB, refused on any machine) ends a JAX
+    sweep run as "does not fit", as torch's OutOfMemoryError does; the worker records it as
+    out_of_memory. Any other error is still the error it was."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from ampcert.backends import jax_backend
+    from ampcert.backends.contract import DoesNotFit
+
+    try:
+        jnp.zeros((2**42,), jnp.float32).block_until_ready()
+        pytest.fail("XLA allocated 16 TiB")
+    except jax.errors.JaxRuntimeError as exc:
+        oom = exc
+    [spec] = [s for s in plan({"name": "t", "backend": "jax", "amp": "ampcert", "precisions": ["bf16"], "train": {"steps": 20},
+                               "memory": {"batch_sizes": [16, 32, 64]}, "workloads": [{"workload": "resnet"}]})
+              if s.batch_size == 32]
+
+    def raising(error):
+        def _train(*args):
+            raise error
+        return _train
+
+    monkeypatch.setattr(jax_backend, "_train", raising(oom))
+    with pytest.raises(DoesNotFit, match=r"^does not fit: out of cpu memory at batch 32 \(RESOURCE_EXHAUSTED: Out of memory"):
+        jax_backend.train(spec, log=None)
+    monkeypatch.setattr(jax_backend, "_train", raising(RuntimeError("RESOURCE_EXHAUSTED: not XLA's")))
+    with pytest.raises(RuntimeError) as caught:
+        jax_backend.train(spec, log=None)
+    assert not isinstance(caught.value, DoesNotFit)
 
 
 def test_a_sweep_batch_larger_than_the_training_set_is_refused_when_planned(tmp_path, write_suite, cli_here):

@@ -48,6 +48,14 @@ class DoesNotFit(RunFailed):
     """The device ran out of memory: the run does not fit at its batch (a
     memory sweep's finding, recorded as a result, never a crash)."""
 
+    @classmethod
+    def during(cls, device: str, batch_size: int | None, error: BaseException) -> DoesNotFit:
+        """The one reason both backends give: ``does not fit: out of cuda memory at batch 64
+        (<the framework's first line>)``."""
+        first = str(error).strip().splitlines()[0] if str(error).strip() else "out of memory"
+        at = f"batch {batch_size}" if batch_size is not None else "the workload's batch"
+        return cls(f"does not fit: out of {device} memory at {at} ({first})")
+
 
 class Unsupported(RunFailed):
     """The workload, the backend and the launcher cannot run this combination

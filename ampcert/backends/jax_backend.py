@@ -47,7 +47,7 @@ import numpy as np
 from ampcert import mllog
 from ampcert.amp.precision import LOW_PRECISIONS, dtype_name
 from ampcert.backends import jax_precision, loop
-from ampcert.backends.contract import NonFiniteLoss, TrainOutcome, Unsupported
+from ampcert.backends.contract import DoesNotFit, NonFiniteLoss, TrainOutcome, Unsupported
 from ampcert.resources import shipped_label
 from ampcert.results import EvalPoint, Measured
 from ampcert.spec import RunSpec
@@ -85,8 +85,23 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
                           framework_memory=jax_memory if cuda else None)
     try:
         return _train(spec, log, progress, tel, xla)
+    except Exception as exc:
+        if _out_of_memory(exc):  # a finding at this batch, not a crash (a memory sweep's point)
+            raise DoesNotFit.during(spec.device, spec.batch_size, exc) from exc
+        raise
     finally:
         tel.close()
+
+
+def _out_of_memory(exc: Exception) -> bool:
+    """XLA's allocation failure, on any device: a JaxRuntimeError whose status is
+    RESOURCE_EXHAUSTED ("Out of memory allocating N bytes" on a CPU, "Out of memory
+    while trying to allocate" on a GPU). Other runtime errors stay errors."""
+    import jax
+
+    runtime_error = getattr(jax.errors, "JaxRuntimeError", None)
+    return (runtime_error is not None and isinstance(exc, runtime_error)
+            and str(exc).lstrip().startswith("RESOURCE_EXHAUSTED"))
 
 
 def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None,

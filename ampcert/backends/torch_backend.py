@@ -244,9 +244,7 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
     try:
         return _train(spec, log, progress, tel)
     except torch.OutOfMemoryError as exc:  # a finding at this batch, not a crash (a memory sweep's point)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory"
-        at = f"batch {spec.batch_size}" if spec.batch_size is not None else "the workload's batch"
-        raise DoesNotFit(f"does not fit: out of {spec.device} memory at {at} ({first})") from exc
+        raise DoesNotFit.during(spec.device, spec.batch_size, exc) from exc
     finally:
         tel.close()  # a failed run stops the sampler too
 

@@ -105,7 +105,7 @@ def print_memory(console: Console, fits: list[dict]) -> None:
 
     budgets = sorted({(b["budget_bytes"], b["source"]) for f in fits for b in f["budgets"]})
     cols = [Col("workload"), Col("prec"), Col("per sample", "right"), Col("fixed", "right")] + [
-        Col(f"batch in {_budget(b)}" + (" (device)" if source == "device" else ""), "right") for b, source in budgets] + [
+        Col(f"batch in {formats.budget(b)}" + (" (device)" if source == "device" else ""), "right") for b, source in budgets] + [
         Col("saving", "right")]
     rows, footnotes = [], []
     for f in fits:
@@ -116,23 +116,13 @@ def print_memory(console: Console, fits: list[dict]) -> None:
                      size(f["fixed_bytes"]), *[fmt(largest.get(b)) for b in budgets],
                      "" if not saving else f"{saving['fraction']:.0%}"])
         notes = [f["note"]] if f.get("note") else []
-        notes += [f"{_budget(b['budget_bytes'])}: {b['note']}" for b in f["budgets"] if b.get("note")]
+        notes += [f"{formats.budget(b['budget_bytes'])}: {b['note']}" for b in f["budgets"] if b.get("note")]
         if notes:
             footnotes.append(f"{subject['workload']} {subject['precision']}: {'; '.join(notes)}")
     methods = sorted({f["method"] for f in fits if f.get("method")})
     footnotes += [f"peak: {m}" for m in methods]
     print_table(console, cols, rows, title="memory: peak = fixed + per sample x batch, fitted over the sweep",
                 footnotes=footnotes)
-
-
-def _budget(n_bytes: int) -> str:
-    """A budget as the suite would write it (24 GiB, 80 GB), else in MiB or GiB."""
-    from ampcert.formats import size
-
-    for unit, name in ((2**30, "GiB"), (10**9, "GB")):
-        if n_bytes % unit == 0:
-            return f"{n_bytes // unit} {name}"
-    return size(n_bytes)
 
 
 def print_certificate(console: Console, cert, verdicts_file) -> None:

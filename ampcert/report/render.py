@@ -28,6 +28,7 @@ _env.filters["fmt"] = fmt
 _env.filters["size"] = formats.size
 _env.filters["percent"] = formats.percent
 _env.filters["fine_size"] = formats.fine_size
+_env.filters["budget"] = formats.budget
 
 
 def _workloads(report: Report, root: Path) -> list[dict]:

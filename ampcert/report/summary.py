@@ -75,6 +75,7 @@ fmt = formats.number  # the one number format of every view (ampcert.formats)
 _env.filters["fmt"] = fmt
 _env.filters["size"] = formats.size
 _env.filters["fine_size"] = formats.fine_size
+_env.filters["budget"] = formats.budget
 _env.filters["percent"] = formats.percent
 
 

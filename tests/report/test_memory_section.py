@@ -119,7 +119,7 @@ def test_report_html_has_the_memory_section_and_its_plot(swept, tmp_path):
     section = html[html.index("<h2>Memory: peak against batch size</h2>"):html.index("<h2>Precision capability")]
     assert "<h3>digits" in section and "table.memory th" in html  # the section's style, in the head
     assert section.count("<svg") == 1 and "peak memory against batch size" in section
-    assert "largest batch within 1,024.0 MiB (suite budget)" in section
+    assert "largest batch within 1 GiB (suite budget)" in section
     assert "683.6 KiB" in section and "854.5 KiB" in section  # bytes per sample, fp32 and bf16
     assert "1,105" in section and "872" in section  # the largest batch within the budget
     assert "bf16 does not save memory here" in section and "(saves none)" in section
@@ -140,7 +140,7 @@ def test_summary_carries_the_fits_and_a_compact_table(swept):
     swept_ids = {p["run_id"] for f in data["memory"] for p in f["points"]}
     assert swept_ids and not swept_ids & {r["run_id"] for r in data["runs"]}  # sweep runs are not runs here
     html = (swept / "summary.html").read_text()
-    assert "Memory: peak against batch size" in html and "1,105 within 1,024.0 MiB (suite)" in html
+    assert "Memory: peak against batch size" in html and "1,105 within 1 GiB (suite)" in html
 
 
 def test_without_budgets_the_device_memory_is_the_budget(tmp_path):
