@@ -26,7 +26,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("ampcert.runner", "ampcert.gate", "ampcert.history"),  # execute a plan; compare results; the nightly history
     ("ampcert.report",),                                 # report.json/html, signing
     ("ampcert.backends", "ampcert.certify", "ampcert.plan", "ampcert.memory",  # train one run; verdicts; capacity;
-     "ampcert.track", "ampcert.integrations"),            # what a team's own job writes (MLLOG, callbacks)
+     "ampcert.track", "ampcert.integrations",             # what a team's own job writes (MLLOG, callbacks);
+     "ampcert.published"),                                # published MLPerf results, scored
     ("ampcert.aggregate",),                              # one aggregation per group, for every view
     ("ampcert.results",),                                # RunResult, the results folder
     ("ampcert.spec", "ampcert.stored_plan", "ampcert.command"),  # suites, the run matrix, command jobs; plan.json
