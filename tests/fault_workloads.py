@@ -98,14 +98,14 @@ not_a_workload = object()
 
 
 class Slow(_Fault):
-    """Each step first spins for 30% of the median compute time of the steps
-    before it (the last nine): the same training, 30% slower, whatever the
+    """Each step first spins for 50% of the median compute time of the steps
+    before it (the last nine): the same training, 50% slower, whatever the
     machine's speed. It spins rather than sleeps, as slower code would: on a
     busy machine a sleeping process waits for a core to wake up on, which
-    would slow it by more than 30%. The hook runs inside the timed step."""
+    would slow it by more than 50%. The hook runs inside the timed step."""
 
     name = "slow"
-    fraction = 0.30  # throughput -23%: clear of the gate's 10% threshold even when load adds noise
+    fraction = 0.50  # throughput -33%: clear of the gate's 10% threshold even when load adds noise
 
     def build(self, params, seed, device):
         self._last: float | None = None

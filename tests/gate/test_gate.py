@@ -5,7 +5,7 @@ folders from real `ampcert run` invocations of small suites: the digits CNN (6
 seeds x 60 steps) and the underflow MLP in fp32 and fp16 (2 seeds), certified
 with a one-rule parity pack. Timing on a shared 2-core machine is only as good
 as the measurement: other processes' load drifts by tens of percent from one
-minute to the next, more than a 15% slowdown (so the test injects 30%). So the
+minute to the next, more than a 15% slowdown (so the test injects 50%). So the
 two sides of each comparison run side by side (interleaved in time, the usual
 practice for A/B timing on a noisy machine), single-threaded (OMP_NUM_THREADS=1:
 two torch processes with a thread per core each would fight over the 2 cores).
@@ -99,7 +99,7 @@ def run_side_by_side(jobs: dict[str, Path], out_root: Path) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def suites(tmp_path_factory) -> tuple[Path, Path, Path]:
     """The folder all runs go in, the baseline suite, and the candidate (digits
-    steps 30% slower, fp16 without loss scaling)."""
+    steps 50% slower, fp16 without loss scaling)."""
     root = tmp_path_factory.mktemp("gate")
     rules = root / "rules.yaml"
     rules.write_text(RULES)
@@ -117,8 +117,8 @@ def pair(suites) -> dict:
     """base1 and cand, side by side (the serial slowdown test needs only these)."""
     root, base, cand = suites
     out = run_side_by_side({"base1": base, "cand": cand}, root)
-    # for a second measurement of the slowdown, if the first was too noisy to decide
-    out["again"] = lambda: run_side_by_side({"base1b": base, "candb": cand}, root)
+    # for another measurement of the slowdown, if one was too noisy to decide (attempt n: 1, 2)
+    out["again"] = lambda n: run_side_by_side({f"base1-{n}": base, f"cand-{n}": cand}, root)
     return out
 
 
@@ -147,7 +147,7 @@ ACCURACY = {"digits": [0.791, 0.713, 0.813, 0.827, 0.844, 0.774], "underflow": [
 
 def synthetic_folder(suites: tuple[Path, Path, Path], name: str, *, candidate: bool = False, side: int = 0) -> Path:
     """A results folder of the baseline suite (or, with ``candidate``, of the candidate:
-    digits 30% slower, fp16 without loss scaling, which then stays at chance accuracy)
+    digits 50% slower, fp16 without loss scaling, which then stays at chance accuracy)
     as `ampcert run` leaves it: plan.json with the run matrix the real planner makes of
     that suite, a result.json per run, verdicts.json from the real certifier. ``side``
     moves each run's throughput by a few percent, as two measurements of the same code
@@ -222,11 +222,16 @@ def _write_report(folder: Path, path: Path, suite_name: str | None = None, relab
 @pytest.mark.serial  # throughput is under test: it runs alone, after the parallel run
 def test_injected_slowdown_is_flagged(pair, tmp_path):
     base, cand = pair["base1"], pair["cand"]
-    if _row(_compare(base, cand), DIGITS, "step_samples_per_s").status == "INCONCLUSIVE":
-        # The gate found the machine too noisy to tell a 30% change from its load (as
-        # designed, it does not fail a build on that): measure once more, side by side.
-        again = pair["again"]()
-        base, cand = again["base1b"], again["candb"]
+    # The gate may find the machine too noisy to tell the change from its load (as designed,
+    # it does not fail a build on that): then measure again, side by side, twice at most.
+    # With steps 30% slower, CI's 2-core VM read -28% with a CI of [-48%, +1%] in both of
+    # the two measurements the test then made (b8325eb, d105bfe), and alone once read -18%
+    # [-29%, +0.3%]: hence 50% slower (-33%) and a third measurement.
+    for attempt in (1, 2):
+        if _row(_compare(base, cand), DIGITS, "step_samples_per_s").status != "INCONCLUSIVE":
+            break
+        again = pair["again"](attempt)
+        base, cand = again[f"base1-{attempt}"], again[f"cand-{attempt}"]
     out_json, out_md = tmp_path / "gate.json", tmp_path / "gate.md"
     proc = run_cli("compare", base, cand, "--json", out_json, "--markdown", out_md)
     assert proc.returncode == 1, proc.stdout + proc.stderr
