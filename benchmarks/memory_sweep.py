@@ -52,16 +52,6 @@ DEFAULTS = {
 PARAMS = {"gpt": {"size": "tiny"}, "resnet": {"size": "tiny"}}
 
 
-def _device(asked: str) -> str:
-    if asked != "auto":
-        return asked
-    try:
-        import torch
-    except ImportError:
-        return "cpu"
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def _suite(device: str, workloads: list[str], precisions: list[str], batches: list[int], steps: int,
            budgets: list[str]) -> dict:
     return {
@@ -70,10 +60,6 @@ def _suite(device: str, workloads: list[str], precisions: list[str], batches: li
         "workloads": [{"workload": w, **({"params": PARAMS[w]} if w in PARAMS else {}), "train": {"steps": 2}}
                       for w in workloads],
     }
-
-
-def _mib(n: float | None) -> str:
-    return "-" if n is None else f"{n / 2**20:,.2f} MiB"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,13 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
 
-    from ampcert.formats import budget
+    from ampcert.formats import budget, fine_size, size
     from ampcert.memory import fit_sweep
     from ampcert.results import load
+    from ampcert.runner.planning import resolve_device
     from ampcert.session import run_suite
     from ampcert.spec import MemorySweep
 
-    device = _device(args.device)
+    device = resolve_device(args.device)
     batches = [int(b) for b in args.batches.split(",")] if args.batches else DEFAULTS[device]["batches"]
     holdout = args.holdout or DEFAULTS[device]["holdout"]
     budgets = args.budgets.split(",") if args.budgets else DEFAULTS[device]["budgets"]
@@ -132,18 +119,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{saving.fraction:+.1%}" + (f" [{saving.interval[0]:+.1%}, {saving.interval[1]:+.1%}]"
                                           if saving.interval else ""))
         per_sample = "-" if fit.bytes_per_sample is None else (
-            f"{fit.bytes_per_sample / 2**10:,.1f} KiB" + (f" ± {fit.per_sample_stderr / 2**10:,.1f}"
-                                                          if fit.per_sample_stderr is not None else ""))
+            fine_size(fit.bytes_per_sample)
+            + (f" ± {fine_size(fit.per_sample_stderr)}" if fit.per_sample_stderr is not None else ""))
         largest = ", ".join(f"{b.largest_batch if b.largest_batch is not None else '-'} in {budget(b.budget_bytes)}"
                             for b in fit.budgets)
-        print(f"{key[0]:10} {key[1]:5} {_mib(fit.fixed_bytes):>14} {per_sample:>22} "
+        print(f"{key[0]:10} {key[1]:5} {size(fit.fixed_bytes):>14} {per_sample:>22} "
               f"{'-' if fit.max_residual_share is None else f'{fit.max_residual_share:.1%}':>9} {saving_text:>28} "
-              f"{'-' if ratio is None else f'{ratio:.3f} ({_mib(predicted)} / {_mib(measured)})':>24}  {largest}")
+              f"{'-' if ratio is None else f'{ratio:.3f} ({size(predicted)} / {size(measured)})':>24}  {largest}")
         if fit.note:
             print(f"    note: {fit.note}")
         for p in fit.points:
             if p.device_used_bytes is not None:
-                print(f"    batch {p.batch}: allocator {_mib(p.peak_bytes)}, NVML device used {_mib(p.device_used_bytes)}")
+                print(f"    batch {p.batch}: allocator {size(p.peak_bytes)}, NVML device used {size(p.device_used_bytes)}")
         rows.append({"workload": key[0], "precision": key[1], "fit": fit.model_dump(mode="json"),
                      "holdout": holdout, "holdout_measured_bytes": measured, "holdout_predicted_bytes": predicted,
                      "predicted_over_measured": ratio})

@@ -99,9 +99,7 @@ def _out_of_memory(exc: Exception) -> bool:
     while trying to allocate" on a GPU). Other runtime errors stay errors."""
     import jax
 
-    runtime_error = getattr(jax.errors, "JaxRuntimeError", None)
-    return (runtime_error is not None and isinstance(exc, runtime_error)
-            and str(exc).lstrip().startswith("RESOURCE_EXHAUSTED"))
+    return isinstance(exc, jax.errors.JaxRuntimeError) and str(exc).lstrip().startswith("RESOURCE_EXHAUSTED")
 
 
 def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None,

@@ -142,13 +142,13 @@ def score_benchmark(folder: str | Path, benchmark: str | None = None, accelerato
     counted = [run.minutes for run in runs if run.minutes is not None]
     dropped = len(runs) - len(counted)
     score, why = olympic_score(counted, dropped, benchmark, factor)
-    low, high = _bootstrap(counted, dropped, benchmark, factor, seed)
+    low, high = _bootstrap(counted, dropped, benchmark, factor, seed) if score is not None else (None, None)
     cv = (float(np.std(counted, ddof=1) / np.mean(counted)) if len(counted) > 1 else None)
     return BenchmarkScore(
         benchmark=benchmark, runs=runs, scaling_factor=factor, score_minutes=score, no_score=why,
         fastest_minutes=min(counted, default=None), slowest_minutes=max(counted, default=None), cv=cv,
         interval_minutes=None if low is None or high is None else [low, high],
-        discrete_note=_discrete_note([log for run, log in timed if run.minutes is not None and log is not None]),
+        discrete_note=_discrete_note([(run, log) for run, log in timed if run.minutes is not None and log is not None]),
         accelerators=accelerators,
         accelerator_hours_per_run=None if score is None or accelerators is None else score * accelerators / 60)
 
@@ -156,8 +156,9 @@ def score_benchmark(folder: str | Path, benchmark: str | None = None, accelerato
 def _bootstrap(counted: list[float], dropped: int, benchmark: str, factor: float,
                seed: int) -> tuple[float | None, float | None]:
     """The score's percentile interval over resamples of the counted runs, the dropped
-    runs kept as observed (every resample is then scored by the rule the score was)."""
-    if len(counted) < 2 or olympic_score(counted, dropped, benchmark, factor)[0] is None:
+    runs kept as observed (every resample is then scored by the rule the score was; the
+    caller asks only where the runs as measured have a score)."""
+    if len(counted) < 2:
         return None, None
     rng = np.random.default_rng(seed)
     values = np.asarray(counted)
@@ -168,14 +169,15 @@ def _bootstrap(counted: list[float], dropped: int, benchmark: str, factor: float
     return float(low), float(high)
 
 
-def _discrete_note(logs: list[TrainingLog]) -> str:
-    """Where the runs converged at a few evaluation points, say so, with the step."""
-    stops = Counter(log.evals[-1].samples_count for log in logs if log.evals and log.evals[-1].samples_count)
-    if len(logs) < 3 or not stops or len(stops) > len(logs) / 2:
+def _discrete_note(counted: list[tuple[RunTime, TrainingLog]]) -> str:
+    """Where the counted runs converged at a few evaluation points, say so, with the step."""
+    stops = Counter(run.last_eval_samples for run, _ in counted if run.last_eval_samples)
+    if len(counted) < 3 or not stops or len(stops) > len(counted) / 2:
         return ""
-    gaps = [(b.time_ms - a.time_ms) / 60_000 for log in logs for a, b in zip(log.evals, log.evals[1:], strict=False)]
+    gaps = [(b.time_ms - a.time_ms) / 60_000 for _, log in counted
+            for a, b in zip(log.evals, log.evals[1:], strict=False)]
     points = ", ".join(f"{samples:,} samples ({count} run{'s' if count > 1 else ''})"
                        for samples, count in sorted(stops.items()))
     step = f" about {median(gaps):.2f} min apart" if gaps else ""
-    return (f"the {len(logs)} counted runs reached the target at {len(stops)} evaluation point(s): {points}; "
+    return (f"the {len(counted)} counted runs reached the target at {len(stops)} evaluation point(s): {points}; "
             f"evaluations are{step}, so time to train moves in those steps and its spread is not Gaussian")
