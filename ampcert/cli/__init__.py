@@ -28,7 +28,9 @@ import typer
 
 from ampcert import session
 from ampcert.cli import views
+from ampcert.cli.mlperf import export_app, import_app
 from ampcert.cli.options import (
+    JSON_HELP,
     Device,
     Executor,
     Fp8Precision,
@@ -51,8 +53,6 @@ app = Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
     help="Benchmark and certify automatic mixed precision training.",
 )
-
-JSON_HELP = "print the data as JSON on stdout instead of the table (messages go to stderr)"
 
 
 def _version(value: bool) -> None:
@@ -225,29 +225,8 @@ def check(
         raise typer.Exit(1)
 
 
-export_app = typer.Typer(no_args_is_help=True, help="Write a results folder in another tool's layout.")
 app.add_typer(export_app, name="export")
-
-
-@export_app.command("mlperf")
-def export_mlperf(
-    ctx: typer.Context,
-    folder: Path = typer.Argument(..., help="results folder"),
-    out: Path = typer.Argument(..., help="where to write the submission layout (created; may hold other exports)"),
-    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-    json_out: Path | None = json_out_option(),
-) -> None:
-    """Lay a results folder out as an MLPerf training submission (<org>/results/<system>/<benchmark>/result_N.txt,
-    <org>/systems/<system>.json) and check it with MLPerf's own tools (common rules, system description checker,
-    result summarizer).
-
-    Exit 0 when MLPerf's checkers pass everything written, 1 when they reject a file (it is still written), 2 on bad
-    input."""
-    output = output_of(ctx, as_json, json_out)
-    done = session.export_mlperf(folder, out)
-    output.data(done.to_json(), lambda console: views.print_exported(console, done))
-    if not done.ok:
-        raise typer.Exit(1)
+app.add_typer(import_app, name="import")
 
 
 @app.command("list")
@@ -521,8 +500,9 @@ def gate_cmd(
 @app.command("plan", cls=JsonFileCommand)
 def plan_cmd(
     ctx: typer.Context,
-    report: Path = typer.Argument(..., help="a report.json or a results folder"),
-    target_samples: int = typer.Option(..., "--target-samples", help="training samples to plan for (N)"),
+    report: Path = typer.Argument(..., help="a report.json, a results folder, or imported MLPerf results"),
+    target_samples: int | None = typer.Option(None, "--target-samples", help="training samples to plan for (N)"),
+    training_runs: int | None = typer.Option(None, help="training runs to plan for (imported MLPerf results)"),
     gpus: int = typer.Option(1, "--gpus", help="devices to spread them over (K); linear scaling assumed"),
     price_per_gpu_hour: float | None = typer.Option(None, "--price-per-gpu-hour", help="overrides the pricing table"),
     pricing: Path | None = typer.Option(None, "--pricing", help="price table (default configs/pricing.yaml)"),
@@ -533,10 +513,12 @@ def plan_cmd(
                                  "(messages go to stderr)"),
     json_out: Path | None = json_out_option("also write the plan as JSON to FILE"),
 ) -> None:
-    """Capacity plan per precision: wall time, GPU-hours, energy, cost of N samples on K devices."""
+    """Capacity plan per precision: wall time, GPU-hours, energy, cost of N samples on K devices; or, from
+    `ampcert import mlperf`'s folders, of N training runs per published system."""
     output = output_of(ctx, as_json, json_out)
     cap = session.capacity(report, target_samples, gpus=gpus, price_per_gpu_hour=price_per_gpu_hour,
-                           pricing=pricing, global_batch=global_batch, device_memory=device_memory)
+                           pricing=pricing, global_batch=global_batch, device_memory=device_memory,
+                           training_runs=training_runs)
     output.data(cap.plan, lambda console: views.print_capacity(console, cap), write=False)
     for note in cap.notes:
         output.console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)

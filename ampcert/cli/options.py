@@ -32,6 +32,7 @@ click_errors: Any = importlib.import_module(typer.BadParameter.__module__)
 # `ampcert` alone (click 8.2 on; before, the help ends in an exit 0 that raises nothing).
 NoArgsIsHelpError = getattr(click_errors, "NoArgsIsHelpError", ())
 
+JSON_HELP = "print the data as JSON on stdout instead of the table (messages go to stderr)"
 JSON_OUT_HELP = "also write the JSON that --json prints to FILE"
 
 
@@ -223,6 +224,7 @@ FLAGS: dict[str, dict[str, str]] = {
     "certify": {"folder": "RESULTS_DIR"},
     "check": {"paths": "LOGS"},
     "export mlperf": {"folder": "FOLDER", "out": "OUT"},
+    "import mlperf": {"paths": "PATHS"},
     "show": {"kind": "KIND", "name": "NAME"},
     "report": {"folder": "RESULTS"},
     "keygen": {"key": "KEY"},

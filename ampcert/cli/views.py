@@ -352,6 +352,79 @@ def print_exported(console: Console, done) -> None:
                   + ("MLPerf's checkers passed them all" if not bad else f"MLPerf's checkers rejected {bad} file(s)"))
 
 
+def print_imported(console: Console, done) -> None:
+    """`ampcert import mlperf`: one row per system and benchmark, MLPerf's score with what it leaves out,
+    then each run the score dropped, with why."""
+    rows = []
+    for rec in done.records:
+        s = rec.score
+        interval = (f"{formats.number(s.interval_minutes[0], 4)}–{formats.number(s.interval_minutes[1], 4)}"
+                    if s.interval_minutes else "—")
+        counted = sum(r.minutes is not None for r in s.runs)
+        rows.append([f"{rec.submitter} {rec.system}", rec.benchmark,
+                     f"{rec.fingerprint.accelerators} x {rec.fingerprint.accelerator_model}",
+                     f"{counted}/{len(s.runs)}", fmt(s.score_minutes) if s.score_minutes is not None else "no score",
+                     interval, f"{s.cv:.1%}" if s.cv is not None else "—",
+                     formats.number(s.accelerator_hours_per_run, 3)])
+    print_table(console, [Col("system", whole=True), Col("benchmark"), Col("accelerators"),
+                          Col("runs", "right"), Col("minutes", "right"), Col("95% interval", "right"),
+                          Col("CV", "right", spare=True), Col("acc-hours/run", "right")], rows,
+                title=f"MLPerf Training results imported into {done.out}"
+                      + (f" (round {done.records[0].round})" if len({r.round for r in done.records}) == 1
+                         and done.records[0].round else ""),
+                footnotes=["minutes: MLPerf's score (olympic mean x scaling factor, as its result summarizer); "
+                           "runs: counted/published; interval: bootstrap over the counted runs"])
+    for folder, rec in zip(done.folders, done.records, strict=True):
+        for run in rec.score.runs:
+            if run.dropped:
+                line(console, f"{folder}/logs/{run.file}: dropped from the score ({run.dropped})")
+        if rec.score.no_score:
+            line(console, f"{folder}: no score: {rec.score.no_score}")
+        if rec.score.discrete_note:
+            line(console, f"{folder}: {rec.score.discrete_note}")
+        line(console, f"{folder}: precision {rec.precision.disclosed}"
+                      + (f" (sw_notes: {rec.precision.sw_notes!r})" if rec.precision.sw_notes else ""))
+        _print_energy(console, folder, rec.energy)
+        checked = rec.reverification
+        if checked.reason:
+            line(console, f"{folder}: MLPerf's checkers not run: {checked.reason}")
+        else:
+            line(console, f"{folder}: MLPerf's checkers (training {checked.ruleset}): "
+                          + ", ".join(f"{c.name} {c.status}" for c in checked.checks))
+        for check in checked.checks:
+            if check.status == "failed":
+                line(console, f"{folder}: {check.name} failed: {check.detail}")
+            for file in check.files:
+                for error in file.errors if not file.ok else []:
+                    line(console, f"{folder}/logs/{file.file}: {check.name}: {error}")
+    if done.records and not done.ok:
+        line(console, f"MLPerf's checkers rejected {sum(bool(r.rejected) for r in done.records)} of "
+                      f"{len(done.records)} imported folder(s) (imported with their verdicts)")
+
+
+def _print_energy(console: Console, folder, energy) -> None:
+    """Energy to train: ampcert's nodes + switches beside MLPerf's figure, or why there is none."""
+    if not energy.power_logs:
+        return
+    kinds = ", ".join(energy.measurement_types) or "measurement type not stated"
+    rate = f"{1 / energy.sampling_interval_s:.2g} Hz" if energy.sampling_interval_s else "sampling rate unknown"
+    if energy.no_figure:
+        line(console, f"{folder}: energy to train: no figure ({energy.no_figure}); {kinds}, {rate}")
+    else:
+        ours = energy.nodes_and_switches_joules
+        line(console, f"{folder}: energy to train {formats.number((ours or energy.nodes_joules or 0) / 3.6e6, 3)} kWh "
+                      f"(nodes{'' if ours is None else ' and switches'}), MLPerf's figure "
+                      f"{formats.number((energy.mlperf_joules or 0) / 3.6e6, 3)} kWh; {kinds}, {rate}")
+    for run in energy.runs:
+        if run.refused and run.minutes is not None:
+            line(console, f"{folder}: {run.file}: no energy: {run.refused}")
+        elif energy.no_figure and run.nodes_joules is not None:  # no benchmark figure: each run's
+            ours = run.nodes_and_switches_joules
+            line(console, f"{folder}: {run.file}: energy {formats.number((ours or run.nodes_joules) / 3.6e6, 3)} kWh "
+                          f"(nodes{'' if ours is None else ' and switches'}), MLPerf's figure "
+                          f"{formats.number((run.mlperf_joules or 0) / 3.6e6, 3)} kWh")
+
+
 # --------------------------------------------------------------------------- compare, plan
 
 
@@ -398,6 +471,12 @@ def print_gate(console: Console, result) -> None:
 
 def print_capacity(console: Console, cap) -> None:
     cp, rows = cap.plan, cap.rows
+    if hasattr(cp, "training_runs"):  # imported MLPerf results: a row per system
+        right = {"time to train min", "wall time", "accelerator-hours", f"cost {cp.currency}", "energy kWh"}
+        print_table(console, [Col(k, "right" if k in right else "left", whole=k == "system") for k in rows[0]],
+                    [list(row.values()) for row in rows],
+                    title=f"{cp.training_runs:,} training run(s) per system; ranges: the score's 95% interval")
+        return
     devices = sorted({row["device"] for row in rows})
     backends = sorted({row["backend/amp"] for row in rows})
     # One device or one backend/amp for every row: said once in the title, not in a column.

@@ -20,7 +20,9 @@ One module per concept:
 - :mod:`.history`: the nightly history and its gate;
 - :mod:`.audits`: ampcert's AMP against the frameworks' (``audit_torch``,
   ``audit_jax``), the FP8 screen, MLLOG compliance (``check_logs``);
-- :mod:`.catalog`: what is installed and shipped.
+- :mod:`.catalog`: what is installed and shipped;
+- :mod:`.published`: published MLPerf Training results imported (``import_mlperf``),
+  and the training runs they plan for (``ampcert plan`` on an imported folder).
 
 Every function runs under the one signal policy (:mod:`ampcert.runner.signals`):
 a signal in any phase is :class:`~ampcert.errors.Interrupted`, with every file
@@ -53,6 +55,7 @@ from ampcert.session.history import (
     history_show,
     write_history_gate_outputs,
 )
+from ampcert.session.published import Imported, import_mlperf
 from ampcert.session.runs import (
     PlannedRuns,
     check_key,
@@ -66,10 +69,10 @@ from ampcert.session.runs import (
 from ampcert.session.signing import keygen, sign, verify
 
 __all__ = [
-    "Audit", "Capacity", "Checked", "Finished", "JaxAudit", "NotVerified", "PlannedRuns", "TorchAudit",
+    "Audit", "Capacity", "Checked", "Finished", "Imported", "JaxAudit", "NotVerified", "PlannedRuns", "TorchAudit",
     "audit_jax", "audit_torch", "capacity", "catalog", "certify", "check_key", "check_logs", "closing", "compare",
     "environment", "export_mlperf", "finish", "fleet_options", "gate_history", "history_add", "history_plot",
-    "history_show", "interruptible", "keygen", "merge", "plan_resume", "plan_suite", "report", "resume",
+    "history_show", "import_mlperf", "interruptible", "keygen", "merge", "plan_resume", "plan_suite", "report", "resume",
     "run_suite", "screen_fp8", "shipped_text", "sign", "verify", "write_capacity", "write_gate_outputs",
     "write_history_gate_outputs",
 ]

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ampcert.errors import UserError
+from ampcert.errors import BadArgument, UserError
 from ampcert.runner.signals import interruptible
 
 if TYPE_CHECKING:
     from ampcert.gate import GateResult
     from ampcert.plan import CapacityPlan
+    from ampcert.published.plan import PublishedPlan
 
 
 def write_files(files: Iterable[tuple[str | Path | None, str]]) -> list[Path]:
@@ -57,23 +58,42 @@ def write_gate_outputs(result: GateResult, json_path: str | Path | None, markdow
 
 @dataclass(frozen=True)
 class Capacity:
-    plan: CapacityPlan
+    plan: CapacityPlan | PublishedPlan
     suite: str
     rows: list[dict[str, str]]
     notes: list[str]
 
 
-def capacity(source: str | Path, target_samples: int, *, gpus: int = 1, price_per_gpu_hour: float | None = None,
-             pricing: str | Path | None = None, global_batch: int | None = None,
-             device_memory: str | int | None = None) -> Capacity:
+def capacity(source: str | Path, target_samples: int | None = None, *, gpus: int = 1,
+             price_per_gpu_hour: float | None = None, pricing: str | Path | None = None,
+             global_batch: int | None = None, device_memory: str | int | None = None,
+             training_runs: int | None = None) -> Capacity:
     """Capacity plan from a report.json or a results folder: wall time, GPU-hours,
     energy and cost of ``target_samples`` samples on ``gpus`` devices per precision; with
     ``global_batch``, the devices of ``device_memory`` (``80GiB``; default: the memory the
-    sweep ran on) each precision needs for it, from the folder's memory sweep."""
+    sweep ran on) each precision needs for it, from the folder's memory sweep.
+
+    From imported MLPerf results (a folder of ``ampcert import mlperf``, or its ``out``):
+    wall time, accelerator-hours and cost of ``training_runs`` training runs per system."""
     from ampcert import gate as regression
     from ampcert import plan as planning
+    from ampcert.session.published import imported_folders, published_capacity
 
     with interruptible():
+        if imported := imported_folders(Path(source)):
+            if target_samples is not None or global_batch is not None:
+                raise BadArgument("target_samples" if target_samples is not None else "global_batch",
+                                  f"{source} holds imported MLPerf results: plan them in training_runs")
+            from ampcert.published import plan as published_plan
+
+            pp = published_capacity(imported, training_runs, price_per_gpu_hour=price_per_gpu_hour,
+                                    pricing=pricing)
+            return Capacity(pp, "imported MLPerf results", published_plan.table_rows(pp),
+                            pp.assumptions + published_plan.notes(pp))
+        if training_runs is not None:
+            raise BadArgument("training_runs", f"{source} is not an imported MLPerf result: plan it in target_samples")
+        if target_samples is None:
+            raise BadArgument("target_samples", "expected the training samples to plan for")
         side = regression.load_source(Path(source))
         fits = _memory_fits(Path(source)) if global_batch is not None else []
         if global_batch is not None and not fits:
@@ -123,5 +143,8 @@ def _size(value: str | int | None, name: str) -> int | None:
 def write_capacity(cap: Capacity, *, csv: str | Path | None, json_path: str | Path | None) -> list[Path]:
     """The capacity plan's CSV and JSON files (atomically); the paths written."""
     from ampcert import plan as planning
+    from ampcert.published import plan as published_plan
 
-    return write_files([(csv, planning.csv_text(cap.plan)), (json_path, cap.plan.model_dump_json(indent=1) + "\n")])
+    text = (planning.csv_text(cap.plan) if isinstance(cap.plan, planning.CapacityPlan)
+            else published_plan.csv_text(cap.plan))
+    return write_files([(csv, text), (json_path, cap.plan.model_dump_json(indent=1) + "\n")])

@@ -4,6 +4,7 @@ description checker, package checker and result summarizer)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -131,6 +132,37 @@ def test_a_run_without_a_target_is_logged_aborted_and_left_without_a_score(resul
     assert next(r for r in data["scores"] if r["system_id"] == system)["digits-no-target"] is None
     printed = warm_cli("export", "mlperf", results, out)  # the same files again: the table
     assert f"{unscored}: no time-to-train (" in printed.stdout, printed.stdout
+
+
+def test_an_export_imported_back_keeps_every_runs_status_and_time_to_target(results, exported, tmp_path):
+    """Export and import read and write the same meaning: a run that reached its target is a
+    `success` whose run_start..run_stop is its time to target; every other run (no target, the
+    failed overflow run) comes back `aborted`, dropped from the score with the reason it was logged with."""
+    from ampcert.published.importer import load_published
+    from ampcert.results import RunResult
+
+    out, _, _ = exported
+    proc = warm_cli("import", "mlperf", out, "--out", tmp_path / "imp", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    imported = {(rec.system, rec.benchmark): rec for rec in
+                (load_published(Path(row["folder"])) for row in json.loads(proc.stdout)["imported"])}
+    runs = [RunResult.model_validate(run) for run in _runs(results)]
+    assert len(runs) == sum(len(rec.logs) for rec in imported.values()) == 8
+    for r in runs:
+        rec = imported[system_id(r), r.spec.label]
+        (log,) = [log for log in rec.logs if log.seed == r.spec.seed]
+        (timed,) = [t for t in rec.score.runs if f"logs/{t.file}" == log.file]
+        assert log.sha256 == hashlib.sha256((results / "runs" / r.run_id / "run.mllog").read_bytes()).hexdigest()
+        if r.target_reached:
+            assert log.status == "success" and timed.dropped is None, r.run_id
+            assert timed.minutes is not None and r.time_to_target_s is not None
+            assert abs(timed.minutes * 60 - r.time_to_target_s) < 0.25, (r.run_id, timed.minutes, r.time_to_target_s)
+        else:
+            assert log.status == "aborted" and timed.minutes is None, r.run_id
+            assert timed.dropped is not None and timed.dropped.startswith("run_stop status aborted")
+    no_target = imported["test_box_9000_torch_ampcert_fp32", "digits-no-target"]
+    assert no_target.score.runs[0].dropped == "run_stop status aborted: no quality target"
+    assert no_target.score.score_minutes is None and no_target.fingerprint.accelerators == 0
 
 
 def test_mlperfs_package_checker_accepts_the_package_and_can_reject_it(exported, tmp_path):

@@ -1,0 +1,63 @@
+"""``ampcert export mlperf`` and ``ampcert import mlperf``: MLPerf Training's submission layout,
+written from a results folder and read from published results. Parse, call one session
+function, print (see :mod:`ampcert.cli`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ampcert import session
+from ampcert.cli import views
+from ampcert.cli.options import JSON_HELP, json_out_option, output_of
+
+export_app = typer.Typer(no_args_is_help=True, help="Write a results folder in another tool's layout.")
+import_app = typer.Typer(no_args_is_help=True, help="Read results published in another tool's layout.")
+
+
+@export_app.command("mlperf")
+def export_mlperf(
+    ctx: typer.Context,
+    folder: Path = typer.Argument(..., help="results folder"),
+    out: Path = typer.Argument(..., help="where to write the submission layout (created; may hold other exports)"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    json_out: Path | None = json_out_option(),
+) -> None:
+    """Lay a results folder out as an MLPerf training submission (<org>/results/<system>/<benchmark>/result_N.txt,
+    <org>/systems/<system>.json) and check it with MLPerf's own tools (common rules, system description checker,
+    result summarizer).
+
+    Exit 0 when MLPerf's checkers pass everything written, 1 when they reject a file (it is still written), 2 on bad
+    input."""
+    output = output_of(ctx, as_json, json_out)
+    done = session.export_mlperf(folder, out)
+    output.data(done.to_json(), lambda console: views.print_exported(console, done))
+    if not done.ok:
+        raise typer.Exit(1)
+
+
+@import_app.command("mlperf")
+def import_mlperf(
+    ctx: typer.Context,
+    paths: list[Path] = typer.Argument(..., help="a round's results (training_results_v5.1), a submitter's folder, "
+                                                 "or <submitter>/results/<system>/<benchmark>"),
+    out: Path = typer.Option(..., "--out", help="where to write one folder per system and benchmark (created)"),
+    round_: str | None = typer.Option(None, "--round", help="the MLPerf Training round, e.g. 5.1 (default: from "
+                                      "the training_results_vX.Y folder the paths are in)"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    json_out: Path | None = json_out_option(),
+) -> None:
+    """Import published MLPerf Training results: per system and benchmark, the original logs and their
+    digests, the system description as the fingerprint, MLPerf's score reproduced (with the spread, a
+    bootstrap interval and accelerator-hours) and energy to train where power logs exist. Plan from them with
+    `ampcert plan OUT --training-runs N`.
+
+    Each folder is re-verified with MLPerf's own tools for the round's ruleset (compliance, system description,
+    RCP against scaling.json, summarizer, package checker), on copies. Exit 0 when imported and they all pass,
+    1 when one rejects a folder (it is still imported, with the verdicts), 2 on bad input (nothing written)."""
+    output = output_of(ctx, as_json, json_out)
+    done = session.import_mlperf(paths, out, round=round_)
+    output.data(done.to_json(), lambda console: views.print_imported(console, done))
+    if not done.ok:
+        raise typer.Exit(1)

@@ -1,0 +1,292 @@
+"""Published MLPerf Training results imported: one folder per (system, benchmark), with
+the original logs, their digests, the system's fingerprint and MLPerf's score.
+
+What is read
+------------
+A round's results repository (``training_results_v5.1``), one submitter's folder
+(``AMD``) or one system's benchmark folder (``AMD/results/<system>/llama2_70b_lora``),
+laid out as MLPerf publishes them::
+
+    <submitter>/results/<system>/<benchmark>/result_N.txt   (SMC v4.0: result_<job>_<N>.txt)
+    <submitter>/results/<system>/<benchmark>/scaling.json   (optional: the review's scaling factor)
+    <submitter>/systems/<system>.json                       (the system description)
+
+What is written
+---------------
+``OUT/<submitter>/<system>/<benchmark>/``::
+
+    published.json   PublishedBenchmark: where it came from, the fingerprint, each log's
+                     digest and status, MLPerf's score and what it leaves out
+    logs/<name>      each result log, byte for byte (the digests in published.json are theirs)
+    system.json      the system description, byte for byte
+    scaling.json     where the benchmark folder has one, byte for byte
+
+Nothing is trained or re-timed: each run is what its log says (its status, its
+seed, its time from ``run_start`` to ``run_stop``), read by ampcert's strict MLLOG
+reader (:mod:`ampcert.mllog_reader`, the reader of a team's own job's log too). A
+log that reader refuses, or whose run did not succeed, is kept with its reason
+and dropped from the score as MLPerf's summarizer drops it.
+
+Precision is taken from what the logs disclose (MLPerf 6.x's lowest-precision
+keys) or recorded as "not disclosed"; the system description's free-text
+``sw_notes`` are kept verbatim beside it. It is never guessed from file names.
+
+Importing is all or nothing per invocation: every benchmark folder is read and
+every system description validated before the first file is written, and a
+folder already imported with other content is not replaced. Importing the same
+results twice writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ampcert.atomic import atomic_write_bytes
+from ampcert.certify.mlperf import Reverification, reverify
+from ampcert.errors import UserError
+from ampcert.mllog_reader import LogError, TrainingLog, read, summarize
+from ampcert.published.energy import BenchmarkEnergy, energy_benchmark
+from ampcert.published.scores import BenchmarkScore, result_files, score_benchmark
+from ampcert.published.system import SystemFingerprint, read_system
+
+FORMAT: Literal["ampcert.published.mlperf/1"] = "ampcert.published.mlperf/1"
+PUBLISHED_FILE = "published.json"
+NOT_DISCLOSED = "not disclosed"
+_ROUND = re.compile(r"^training_results_v(\d+\.\d+)$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PublishedLog(_Model):
+    """One result log as published: where it came from, its bytes' digest, what its run says."""
+
+    file: str = Field(description="the copy in this folder, logs/<name>")
+    original: str = Field(description="its path in the submission, <submitter>/results/<system>/<benchmark>/<name>")
+    sha256: str
+    bytes: int
+    status: str | None = Field(description="run_stop's status (success, aborted); null where the log cannot be read")
+    seed: int | None = None
+    global_batch_size: int | None = None
+    problem: str | None = Field(default=None, description="why ampcert's strict MLLOG reader refused the log")
+
+
+class Precision(_Model):
+    disclosed: str = Field(description=f"what the logs disclose (lowest precision per category), or '{NOT_DISCLOSED}'")
+    sw_notes: str = Field(default="", description="the system description's free-text notes, verbatim (not parsed)")
+
+
+class PublishedBenchmark(_Model):
+    """One system's published results for one benchmark, imported (``published.json``)."""
+
+    format: Literal["ampcert.published.mlperf/1"] = FORMAT
+    round: str | None = Field(description="the MLPerf Training round (5.1), from the repository's folder name; "
+                                          "null where the path does not say it")
+    submitter: str = Field(description="the submitter's folder name")
+    system: str = Field(description="the system's folder name (systems/<system>.json)")
+    benchmark: str
+    division: str
+    availability: str = Field(description="the system description's status")
+    fingerprint: SystemFingerprint
+    precision: Precision
+    logs: list[PublishedLog]
+    scaling_json_sha256: str | None = Field(description="sha256 of scaling.json as published; null: none")
+    score: BenchmarkScore
+    energy: BenchmarkEnergy = Field(description="energy to train from the power logs (power_logs false: none)")
+    reverification: Reverification = Field(
+        description="MLPerf's own tools for the round's ruleset, run on copies (paths relative to the submission)")
+
+    @property
+    def rejected(self) -> list[str]:
+        """The MLPerf checks that failed, each as ``name: detail``."""
+        return [f"{c.name}: {c.detail}" for c in self.reverification.checks if c.status == "failed"]
+
+
+@dataclass(frozen=True)
+class BenchmarkFolder:
+    """A system's benchmark folder inside a submission."""
+
+    folder: Path       # <submission root>/<submitter>/results/<system>/<benchmark>
+    round: str | None
+
+    @property
+    def benchmark(self) -> str:
+        return self.folder.name
+
+    @property
+    def system(self) -> str:
+        return self.folder.parent.name
+
+    @property
+    def submitter_dir(self) -> Path:
+        return self.folder.parent.parent.parent
+
+    @property
+    def system_file(self) -> Path:
+        return self.submitter_dir / "systems" / f"{self.system}.json"
+
+    def relative(self, name: str) -> str:
+        return "/".join((self.submitter_dir.name, "results", self.system, self.benchmark, name))
+
+
+def round_of(path: Path, given: str | None = None) -> str | None:
+    """The round ``path`` belongs to: ``given``, else the ``training_results_vX.Y`` folder it is in."""
+    if given is not None:
+        if not re.fullmatch(r"\d+\.\d+", given):
+            raise UserError(f"round: expected a round such as 5.1, got {given!r}")
+        return given
+    for part in (path.resolve(), *path.resolve().parents):
+        if match := _ROUND.match(part.name):
+            return match.group(1)
+    return None
+
+
+def find_benchmarks(path: Path, round_: str | None = None) -> list[BenchmarkFolder]:
+    """Every system's benchmark folder under ``path`` (a round, a submitter or one benchmark
+    folder), sorted; :class:`UserError` where ``path`` is not a submission."""
+    if not path.is_dir():
+        raise UserError(f"{path}: no such folder")
+    found_round = round_of(path, round_)
+
+    def benchmark_dirs(submitter: Path) -> list[Path]:
+        results = submitter / "results"
+        return [b for s in sorted(results.iterdir()) if s.is_dir() for b in sorted(s.iterdir())
+                if b.is_dir() and result_files(b)] if results.is_dir() else []
+
+    if result_files(path):
+        if path.parent.parent.name != "results":
+            raise UserError(f"{path}: holds result logs, but not at <submitter>/results/<system>/<benchmark>/, "
+                            "where MLPerf publishes them (the system description is found from there)")
+        dirs = [path]
+    elif (path / "results").is_dir():
+        dirs = benchmark_dirs(path)
+    else:
+        dirs = [b for sub in sorted(path.iterdir()) if sub.is_dir() for b in benchmark_dirs(sub)]
+    if not dirs:
+        raise UserError(f"{path}: not an MLPerf Training submission: no <submitter>/results/<system>/<benchmark>/"
+                        "result_*.txt in it (give a round, a submitter's folder or a benchmark folder)")
+    return [BenchmarkFolder(d, found_round) for d in dirs]
+
+
+def _log(where: BenchmarkFolder, path: Path, data: bytes) -> tuple[PublishedLog, TrainingLog | None]:
+    copy = PublishedLog(file=f"logs/{path.name}", original=where.relative(path.name),
+                        sha256=hashlib.sha256(data).hexdigest(), bytes=len(data), status=None)
+    try:
+        log = summarize(read(path), path.name)
+    except LogError as exc:
+        return copy.model_copy(update={"problem": exc.detail}), None
+    return copy.model_copy(update={"status": log.status, "seed": log.seed,
+                                   "global_batch_size": log.global_batch_size}), log
+
+
+def _precision(logs: list[TrainingLog], fingerprint: SystemFingerprint) -> Precision:
+    """What every readable log discloses alike (MLPerf 6.x's lowest_numerical_precision_* keys)."""
+    seen = {tuple(sorted(log.lowest_precision.items())) for log in logs}
+    disclosed = NOT_DISCLOSED
+    if len(seen) == 1 and (only := next(iter(seen))):
+        disclosed = ", ".join(f"{category} {dtype}" for category, dtype in only)
+    elif len(seen) > 1:
+        disclosed = "the logs disclose different precisions"
+    return Precision(disclosed=disclosed, sw_notes=fingerprint.sw_notes)
+
+
+def _relative(value: Any, root: str) -> Any:
+    """``value`` (plain data) with every ``root`` prefix of a path in its text taken out."""
+    if isinstance(value, str):
+        return value.replace(root, "")
+    if isinstance(value, list):
+        return [_relative(v, root) for v in value]
+    if isinstance(value, dict):
+        return {k: _relative(v, root) for k, v in value.items()}
+    return value
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One benchmark folder read and judged, ready to write."""
+
+    source: BenchmarkFolder
+    record: PublishedBenchmark
+    files: dict[str, bytes]   # relative path in the output folder -> bytes
+
+    @property
+    def target(self) -> Path:
+        return Path(self.record.submitter, self.record.system, self.record.benchmark)
+
+
+def read_benchmark(where: BenchmarkFolder) -> Planned:
+    """Everything one benchmark folder's import writes, read and checked (nothing written)."""
+    fingerprint = read_system(where.system_file)
+    files: dict[str, bytes] = {"system.json": where.system_file.read_bytes()}
+    logs, readable = [], []
+    for path in result_files(where.folder):
+        data = path.read_bytes()
+        files[f"logs/{path.name}"] = data
+        published, log = _log(where, path, data)
+        logs.append(published)
+        readable += [log] if log is not None else []
+    scaling = where.folder / "scaling.json"
+    if scaling.is_file():
+        files["scaling.json"] = scaling.read_bytes()
+    score = score_benchmark(where.folder, where.benchmark, accelerators=fingerprint.accelerators or None)
+    # Stored relative to the submission, so published.json does not depend on where the round was cloned.
+    checked = _relative(reverify(where.folder, where.round).model_dump(), str(where.submitter_dir.parent) + "/")
+    record = PublishedBenchmark(
+        round=where.round, submitter=where.submitter_dir.name, system=where.system, benchmark=where.benchmark,
+        division=fingerprint.division, availability=fingerprint.status, fingerprint=fingerprint,
+        precision=_precision(readable, fingerprint), logs=logs,
+        scaling_json_sha256=hashlib.sha256(files["scaling.json"]).hexdigest() if "scaling.json" in files else None,
+        score=score, energy=energy_benchmark(where.folder, where.benchmark),
+        reverification=Reverification.model_validate(checked))
+    files[PUBLISHED_FILE] = (record.model_dump_json(indent=1) + "\n").encode()
+    return Planned(where, record, files)
+
+
+def write_planned(planned: list[Planned], out: Path) -> list[Path]:
+    """Write each planned folder under ``out`` (``published.json`` last: its presence means whole);
+    refuse, before writing anything, a folder already there with other content."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: exists and is not a folder")
+    for item in planned:
+        for name, data in item.files.items():
+            path = out / item.target / name
+            if path.exists() and (not path.is_file() or path.read_bytes() != data):
+                raise UserError(f"{path} already exists with other content: import into an empty folder or remove "
+                                f"{out / item.target}")
+    written = []
+    for item in planned:
+        folder = out / item.target
+        for name in sorted(item.files, key=lambda n: n == PUBLISHED_FILE):
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(folder / name, item.files[name])
+        written.append(folder)
+    return written
+
+
+def is_imported(folder: Path) -> bool:
+    return (folder / PUBLISHED_FILE).is_file()
+
+
+def load_published(folder: Path) -> PublishedBenchmark:
+    """An imported folder's ``published.json``, validated; :class:`UserError` (one line) otherwise."""
+    path = folder / PUBLISHED_FILE
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise UserError(f"{folder}: not an imported MLPerf result (no {PUBLISHED_FILE}: `ampcert import mlperf`)") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: not JSON ({type(exc).__name__}: {exc})") from None
+    try:
+        return PublishedBenchmark.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise UserError(f"{path}: {where}: {first['msg']} (not a {FORMAT} file)") from None
