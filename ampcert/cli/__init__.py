@@ -28,7 +28,7 @@ import typer
 
 from ampcert import session
 from ampcert.cli import views
-from ampcert.cli.mlperf import export_app, import_app
+from ampcert.cli.mlperf import compare_systems, export_app, import_app
 from ampcert.cli.options import (
     JSON_HELP,
     Device,
@@ -227,6 +227,7 @@ def check(
 
 app.add_typer(export_app, name="export")
 app.add_typer(import_app, name="import")
+app.command("compare-systems")(compare_systems)
 
 
 @app.command("list")

@@ -1,6 +1,7 @@
 """``ampcert export mlperf`` and ``ampcert import mlperf``: MLPerf Training's submission layout,
-written from a results folder and read from published results. Parse, call one session
-function, print (see :mod:`ampcert.cli`)."""
+written from a results folder and read from published results; ``ampcert compare-systems``:
+imported and measured systems side by side. Parse, call one session function, print (see
+:mod:`ampcert.cli`)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,28 @@ def import_mlperf(
     output.data(done.to_json(), lambda console: views.print_imported(console, done))
     if not done.ok:
         raise typer.Exit(1)
+
+
+def compare_systems(
+    ctx: typer.Context,
+    folders: list[Path] = typer.Argument(..., help="imported MLPerf results (`ampcert import mlperf`'s --out or one "
+                                                   "of its folders) and ampcert results folders"),
+    out: Path = typer.Option(..., "--out", help="where to write comparison.json, .md and .html (created)"),
+    benchmark: str | None = typer.Option(None, help="the benchmark to compare (default: the one the folders share)"),
+    pricing: Path | None = typer.Option(None, "--pricing", help="price table (default configs/pricing.yaml)"),
+    price_per_gpu_hour: float | None = typer.Option(None, "--price-per-gpu-hour", help="one price for every "
+                                                    "accelerator-hour (overrides the table)"),
+    sign_key: Path | None = typer.Option(None, "--sign-key", help="Ed25519 private key: also write "
+                                         "comparison.dsse.json (`ampcert verify` checks it)"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    json_out: Path | None = json_out_option(),
+) -> None:
+    """Compare systems for one benchmark: time to train with intervals, accelerator-hours, energy and cost per
+    training run, precision as disclosed, and MLPerf's checkers' verdicts, for published systems and ampcert's
+    own measured runs alike. Writes JSON, Markdown and self-contained HTML with plots, signed with --sign-key.
+
+    Exit 0 when written, 2 on bad input (nothing written)."""
+    output = output_of(ctx, as_json, json_out)
+    done = session.compare_systems(folders, out, benchmark=benchmark, pricing=pricing,
+                                   price_per_gpu_hour=price_per_gpu_hour, sign_key=sign_key)
+    output.data(done.to_json(), lambda console: views.print_systems(console, done))

@@ -225,6 +225,7 @@ FLAGS: dict[str, dict[str, str]] = {
     "check": {"paths": "LOGS"},
     "export mlperf": {"folder": "FOLDER", "out": "OUT"},
     "import mlperf": {"paths": "PATHS"},
+    "compare-systems": {"folders": "FOLDERS"},
     "show": {"kind": "KIND", "name": "NAME"},
     "report": {"folder": "RESULTS"},
     "keygen": {"key": "KEY"},

@@ -402,6 +402,24 @@ def print_imported(console: Console, done) -> None:
                       f"{len(done.records)} imported folder(s) (imported with their verdicts)")
 
 
+def print_systems(console: Console, done) -> None:
+    """`ampcert compare-systems`: a row per system, the notes, the files written."""
+    cmp, table = done.comparison, done.rows
+    print_table(console, [Col(k, "left" if k in ("system", "accelerators", "precision", "MLPerf checks") else "right",
+                              whole=k == "system") for k in table[0]],
+                [list(row.values()) for row in table],
+                title=f"systems compared: {cmp.benchmark}; ranges: 95% bootstrap intervals")
+    for row in cmp.rows:
+        for note in row.notes:
+            line(console, f"{row.name}: {note}")
+        if row.compliance == "failed":
+            line(console, f"{row.name}: MLPerf checks failed: {row.compliance_detail}")
+    for path in [*done.written, *([done.envelope] if done.envelope else [])]:
+        line(console, f"wrote {path}")
+    for warning in done.warnings:
+        line(console, f"warning: {warning}")
+
+
 def _print_energy(console: Console, folder, energy) -> None:
     """Energy to train: ampcert's nodes + switches beside MLPerf's figure, or why there is none."""
     if not energy.power_logs:

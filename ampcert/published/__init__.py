@@ -9,5 +9,8 @@ scores them, and what MLPerf's score leaves out (docs/published.md).
   fingerprint of its runs.
 - :mod:`.importer`: a round, a submitter or a benchmark folder imported, one folder per
   (system, benchmark): ``published.json``, the logs byte for byte with their digests.
-- :mod:`.plan`: N training runs on each imported system: wall time, accelerator-hours, cost.
+- :mod:`.energy`: energy to train from power logs: MLPerf's figure reproduced, nodes only, and
+  nodes and measured switches; the measurement type and the sampling rate.
+- :mod:`.plan`: N training runs on each imported system: wall time, accelerator-hours, energy, cost.
+- :mod:`.compare`: systems compared for one benchmark, published and ampcert's measured runs alike.
 """

@@ -142,31 +142,31 @@ def score_benchmark(folder: str | Path, benchmark: str | None = None, accelerato
     counted = [run.minutes for run in runs if run.minutes is not None]
     dropped = len(runs) - len(counted)
     score, why = olympic_score(counted, dropped, benchmark, factor)
-    low, high = _bootstrap(counted, dropped, benchmark, factor, seed) if score is not None else (None, None)
+    interval = bootstrap(counted, dropped, benchmark, factor, seed) if score is not None else None
     cv = (float(np.std(counted, ddof=1) / np.mean(counted)) if len(counted) > 1 else None)
     return BenchmarkScore(
         benchmark=benchmark, runs=runs, scaling_factor=factor, score_minutes=score, no_score=why,
         fastest_minutes=min(counted, default=None), slowest_minutes=max(counted, default=None), cv=cv,
-        interval_minutes=None if low is None or high is None else [low, high],
+        interval_minutes=interval,
         discrete_note=_discrete_note([(run, log) for run, log in timed if run.minutes is not None and log is not None]),
         accelerators=accelerators,
         accelerator_hours_per_run=None if score is None or accelerators is None else score * accelerators / 60)
 
 
-def _bootstrap(counted: list[float], dropped: int, benchmark: str, factor: float,
-               seed: int) -> tuple[float | None, float | None]:
-    """The score's percentile interval over resamples of the counted runs, the dropped
-    runs kept as observed (every resample is then scored by the rule the score was; the
-    caller asks only where the runs as measured have a score)."""
+def bootstrap(counted: list[float], dropped: int, benchmark: str, factor: float = 1.0,
+              seed: int = 0) -> list[float] | None:
+    """The score's percentile interval ([low, high]) over resamples of the counted runs, the
+    dropped runs kept as observed (every resample is then scored by the rule the score was;
+    the caller asks only where the runs as measured have a score); None under two runs."""
     if len(counted) < 2:
-        return None, None
+        return None
     rng = np.random.default_rng(seed)
     values = np.asarray(counted)
     found = [olympic_score(list(values[picks]), dropped, benchmark, factor)[0]
              for picks in rng.integers(0, len(values), size=(RESAMPLES, len(values)))]
     tail = (1 - LEVEL) / 2 * 100
     low, high = np.percentile(np.asarray(found, dtype=float), [tail, 100 - tail])
-    return float(low), float(high)
+    return [float(low), float(high)]
 
 
 def _discrete_note(counted: list[tuple[RunTime, TrainingLog]]) -> str:

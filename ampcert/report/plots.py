@@ -220,3 +220,28 @@ def history_series(title: str, nights: Sequence[str], series: Mapping[str, Seque
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, frameon=False)
         return _svg(fig, salt)
+
+
+def intervals(title: str, labels: list[str], values: list[float | None], ranges: list[list[float] | None],
+              unit: str, salt: str) -> str | None:
+    """A horizontal bar per system with its interval as an error bar; systems without a value are named
+    in the caption."""
+    pts = [(lab, v, r) for lab, v, r in zip(labels, values, ranges, strict=True) if v is not None]
+    if not pts:
+        return None
+    with plt.rc_context(_STYLE):
+        fig, ax = plt.subplots(figsize=(6.4, 0.5 + 0.42 * len(pts)))
+        ax.set_title(title)
+        ys = list(range(len(pts)))[::-1]
+        low = [v - (r[0] if r else v) for _, v, r in pts]
+        high = [(r[1] if r else v) - v for _, v, r in pts]
+        ax.barh(ys, [v for _, v, _ in pts], xerr=[low, high], color="#1f4e79", alpha=0.8,
+                error_kw={"ecolor": "#222222", "capsize": 3, "lw": 0.9})
+        ax.set_yticks(ys, [lab for lab, _, _ in pts], fontsize=7)
+        for y, (_, v, r) in zip(ys, pts, strict=True):
+            ax.annotate(f" {v:.3g}", ((r[1] if r else v), y), va="center", fontsize=7)
+        ax.set_xlabel(unit)
+        missing = [lab for lab, v in zip(labels, values, strict=True) if v is None]
+        if missing:
+            ax.set_xlabel(f"{unit}; none for: {', '.join(missing)}", fontsize=7)
+        return _svg(fig, salt)

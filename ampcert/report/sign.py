@@ -196,15 +196,29 @@ def statement(root: Path) -> dict[str, Any]:
 
 def sign_results(root: str | Path, key_path: str | Path) -> tuple[Path, list[str]]:
     """Sign report.json and report.html in ``root``; returns the envelope path and warnings."""
+    root = Path(root)
+    return sign_statement(statement(root), root / ENVELOPE, key_path)
+
+
+def files_statement(root: Path, names: tuple[str, ...], predicate: dict[str, Any]) -> dict[str, Any]:
+    """An in-toto Statement over the files ``names`` in ``root`` (another report than a results
+    folder's: the systems comparison). ``predicate`` needs what `ampcert verify` prints: ``suite``
+    (``name``, ``sha256``: what was compared) and ``verdict``; the tool is added."""
+    subjects = [{"name": name, "digest": {"sha256": sha256_file(root / name)}} for name in names]
+    return {"_type": STATEMENT_TYPE, "subject": subjects, "predicateType": PREDICATE_TYPE,
+            "predicate": {"tool": {"name": "ampcert", "version": __version__}, **predicate}}
+
+
+def sign_statement(st: dict[str, Any], out: Path, key_path: str | Path) -> tuple[Path, list[str]]:
+    """Write the DSSE envelope of ``st`` to ``out``, signed with the key at ``key_path``;
+    returns the envelope path and warnings."""
     from ampcert.results import atomic_write_text
 
-    root = Path(root)
     key, warnings = load_private_key(key_path)
-    payload = json.dumps(statement(root), sort_keys=True, separators=(",", ":")).encode("utf-8")
+    payload = json.dumps(st, sort_keys=True, separators=(",", ":")).encode("utf-8")
     sig = key.sign(pae(PAYLOAD_TYPE, payload))
     envelope = {"payloadType": PAYLOAD_TYPE, "payload": base64.b64encode(payload).decode("ascii"),
                 "signatures": [{"keyid": keyid(key.public_key()), "sig": base64.b64encode(sig).decode("ascii")}]}
-    out = root / ENVELOPE
     atomic_write_text(out, json.dumps(envelope, indent=1) + "\n")
     return out, warnings
 

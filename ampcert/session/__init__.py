@@ -22,7 +22,8 @@ One module per concept:
   ``audit_jax``), the FP8 screen, MLLOG compliance (``check_logs``);
 - :mod:`.catalog`: what is installed and shipped;
 - :mod:`.published`: published MLPerf Training results imported (``import_mlperf``),
-  and the training runs they plan for (``ampcert plan`` on an imported folder).
+  the training runs they plan for (``ampcert plan`` on an imported folder), and systems
+  compared for one benchmark (``compare_systems``).
 
 Every function runs under the one signal policy (:mod:`ampcert.runner.signals`):
 a signal in any phase is :class:`~ampcert.errors.Interrupted`, with every file
@@ -55,7 +56,7 @@ from ampcert.session.history import (
     history_show,
     write_history_gate_outputs,
 )
-from ampcert.session.published import Imported, import_mlperf
+from ampcert.session.published import Imported, SystemsCompared, compare_systems, import_mlperf
 from ampcert.session.runs import (
     PlannedRuns,
     check_key,
@@ -69,8 +70,9 @@ from ampcert.session.runs import (
 from ampcert.session.signing import keygen, sign, verify
 
 __all__ = [
-    "Audit", "Capacity", "Checked", "Finished", "Imported", "JaxAudit", "NotVerified", "PlannedRuns", "TorchAudit",
-    "audit_jax", "audit_torch", "capacity", "catalog", "certify", "check_key", "check_logs", "closing", "compare",
+    "Audit", "Capacity", "Checked", "Finished", "Imported", "JaxAudit", "NotVerified", "PlannedRuns", "SystemsCompared",
+    "TorchAudit",
+    "audit_jax", "audit_torch", "capacity", "catalog", "certify", "check_key", "check_logs", "closing", "compare", "compare_systems",
     "environment", "export_mlperf", "finish", "fleet_options", "gate_history", "history_add", "history_plot",
     "history_show", "import_mlperf", "interruptible", "keygen", "merge", "plan_resume", "plan_suite", "report", "resume",
     "run_suite", "screen_fp8", "shipped_text", "sign", "verify", "write_capacity", "write_gate_outputs",

@@ -12,6 +12,7 @@ from ampcert.errors import BadArgument, UserError
 from ampcert.runner.signals import interruptible
 
 if TYPE_CHECKING:
+    from ampcert.published.compare import SystemComparison
     from ampcert.published.importer import PublishedBenchmark
     from ampcert.published.plan import PublishedPlan
 
@@ -68,12 +69,15 @@ def import_mlperf(paths: Sequence[str | Path], out: str | Path, *, round: str | 
 
 
 def imported_folders(source: Path) -> list[Path]:
-    """``source`` if it is an imported folder, else the imported folders below it (an import's ``out``)."""
+    """``source`` if it is an imported folder, else the imported folders below it: an import's ``out``
+    (``<submitter>/<system>/<benchmark>/``), a submitter's or a system's folder in it."""
     from ampcert.published.importer import PUBLISHED_FILE, is_imported
 
     if is_imported(source):
         return [source]
-    return sorted(p.parent for p in source.glob(f"*/*/*/{PUBLISHED_FILE}")) if source.is_dir() else []
+    if not source.is_dir():
+        return []
+    return sorted(p.parent for depth in (1, 2, 3) for p in source.glob("*/" * depth + PUBLISHED_FILE))
 
 
 def published_capacity(folders: Sequence[Path], training_runs: int | None, *,
@@ -89,3 +93,87 @@ def published_capacity(folders: Sequence[Path], training_runs: int | None, *,
         return training_plan([load_published(f) for f in folders], training_runs,
                              price_per_gpu_hour=price_per_gpu_hour,
                              pricing=str(pricing) if pricing is not None else None)
+
+
+@dataclass(frozen=True)
+class SystemsCompared:
+    """What ``compare_systems`` wrote: the comparison, its files and, when signed, the envelope."""
+
+    comparison: SystemComparison
+    rows: list[dict[str, str]]   # the table's cells, as the Markdown and HTML show them
+    written: list[Path]
+    envelope: Path | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"written": [str(p) for p in self.written], "envelope": str(self.envelope) if self.envelope else None,
+                "comparison": self.comparison.model_dump(mode="json")}
+
+
+def compare_systems(folders: Sequence[str | Path], out: str | Path, *, benchmark: str | None = None,
+                    pricing: str | Path | None = None, price_per_gpu_hour: float | None = None,
+                    sign_key: str | Path | None = None) -> SystemsCompared:
+    """Compare systems for one benchmark: imported MLPerf results (``import_mlperf``'s folders, or its
+    ``out``) and ampcert's own results folders, side by side; writes comparison.json, .md and .html in
+    ``out`` (and comparison.dsse.json with ``sign_key``)."""
+    from ampcert.plan import load_pricing
+    from ampcert.published.compare import compare
+    from ampcert.published.importer import load_published
+    from ampcert.report import systems
+    from ampcert.results import ResultsDir, load
+
+    if not folders:
+        raise BadArgument("folders", "expected at least one folder to compare")
+    if price_per_gpu_hour is not None and not price_per_gpu_hour > 0:
+        raise BadArgument("price_per_gpu_hour", "expected a positive price", price_per_gpu_hour)
+    with interruptible():
+        published, measured = [], []
+        for given in map(Path, folders):
+            if imported := imported_folders(given):
+                published += [(f, load_published(f)) for f in imported]
+            elif ResultsDir(given).plan_file.is_file():
+                rs = load(given)
+                verdicts = given / "verdicts.json"
+                certificate = _certificate(verdicts) if verdicts.is_file() else None
+                measured.append((given, rs, certificate))
+            else:
+                raise UserError(f"{given}: neither imported MLPerf results (`ampcert import mlperf`) nor an ampcert "
+                                "results folder")
+        comparison = compare(_once(published), measured, benchmark, load_pricing(pricing), price_per_gpu_hour)
+        target = Path(out)
+        if target.exists() and not target.is_dir():
+            raise UserError(f"{target}: exists and is not a folder")
+        rows = [systems.cells(row, comparison.currency) for row in comparison.rows]
+        if sign_key is not None:
+            from ampcert.report.sign import load_private_key
+
+            load_private_key(sign_key)  # a key that cannot sign is bad input, found before anything is written
+        written = systems.write(comparison, target)
+        if sign_key is None:
+            return SystemsCompared(comparison, rows, written)
+        envelope, warnings = systems.sign(comparison, target, sign_key)
+        return SystemsCompared(comparison, rows, written, envelope, warnings)
+
+
+def _certificate(path: Path) -> str | None:
+    """The certificate's verdict in a folder's verdicts.json (None where it does not say)."""
+    import json
+
+    try:
+        status = json.loads(path.read_text(encoding="utf-8")).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return status if isinstance(status, str) else None
+
+
+def _once(published: list[tuple[Path, PublishedBenchmark]]) -> list[tuple[Path, PublishedBenchmark]]:
+    """Each imported system once: the same import named twice (a folder and its ``out``) counts once; two
+    different imports of one system and benchmark are refused (which would the comparison show?)."""
+    seen: dict[tuple[str, str, str, str | None], tuple[Path, PublishedBenchmark]] = {}
+    for folder, rec in published:
+        key = (rec.submitter, rec.system, rec.benchmark, rec.round)
+        if key in seen and seen[key][1] != rec:
+            raise UserError(f"{folder}: {rec.submitter} {rec.system} {rec.benchmark} is also imported, differently, "
+                            f"at {seen[key][0]}; compare one import of it")
+        seen.setdefault(key, (folder, rec))
+    return list(seen.values())

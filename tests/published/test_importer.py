@@ -294,3 +294,65 @@ def test_the_same_results_import_to_the_same_bytes_whatever_the_hash_seed(tmp_pa
         assert proc.returncode == 0, proc.stderr
     path = Path("Dell", SYSTEMS["Dell"], "llama2_70b_lora", "published.json")
     assert (tmp_path / "1" / path).read_bytes() == (tmp_path / "2" / path).read_bytes()
+
+
+# --------------------------------------------------------------------------- compare-systems
+
+
+def test_the_systems_comparison_is_rendered_signed_and_verifiable(imported, tmp_path):
+    out, _ = imported
+    assert warm_cli("keygen", tmp_path / "key").returncode == 0
+    proc = warm_cli("compare-systems", out, out / "AMD", "--out", tmp_path / "cmp", "--sign-key", tmp_path / "key",
+                    "--json")
+    assert proc.returncode == 0, proc.stderr
+    cmp = json.loads(proc.stdout)["comparison"]
+    rows = {row["name"].split()[0]: row for row in cmp["rows"]}
+    assert cmp["benchmark"] == "llama2_70b_lora" and sorted(rows) == ["AMD", "Cisco", "Dell"]  # AMD named twice, once
+    for submitter, system in SYSTEMS.items():
+        rec = load_published(out / submitter / system / "llama2_70b_lora")
+        row = rows[submitter]
+        assert row["time_to_train_minutes"] == rec.score.score_minutes
+        assert row["interval_minutes"] == rec.score.interval_minutes
+        assert row["accelerator_hours_per_run"] == pytest.approx(rec.score.score_minutes * 8 / 60)
+        assert row["compliance"] == "passed" and row["precision"] == "not disclosed"
+    assert rows["Cisco"]["cost_per_run"] == pytest.approx(rows["Cisco"]["accelerator_hours_per_run"] * 3.50)
+    assert rows["AMD"]["cost_per_run"] is None and rows["AMD"]["energy_kwh_per_run"] is None
+    folder = tmp_path / "cmp"
+    md = (folder / "comparison.md").read_text()
+    assert "| Cisco 1xC885A_M8-8xH200-SXM-141GB | 8 x NVIDIA H200-SXM5-141GB | not disclosed | 10/10 | 23.63 (22.48–24.78)" in md
+    assert "precision not disclosed (sw_notes: FP8 Training)" in md
+    html = (folder / "comparison.html").read_text()
+    assert html.count("<svg") == 3 and "default-src 'none'" in html and "<script" not in html
+    verified = warm_cli("verify", folder / "comparison.dsse.json", "--pubkey", tmp_path / "key.pub")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "verified: comparison.html sha256" in verified.stdout
+    assert "suite systems compared: llama2_70b_lora" in verified.stdout and "3 PASSED, 0 FAILED" in verified.stdout
+    (folder / "comparison.md").write_text(md.replace("23.63", "13.63"))
+    tampered = warm_cli("verify", folder / "comparison.dsse.json", "--pubkey", tmp_path / "key.pub")
+    assert tampered.returncode == 1 and "comparison.md: sha256" in tampered.stderr
+
+
+def test_the_same_comparison_renders_to_the_same_bytes(imported, tmp_path):
+    out, _ = imported
+    for name in ("a", "b"):
+        session.compare_systems([out], tmp_path / name)
+    for name in ("comparison.json", "comparison.md", "comparison.html"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+def test_compare_systems_bad_input_is_one_line_and_nothing_is_written(imported, tmp_path):
+    out, _ = imported
+    target = tmp_path / "cmp"
+    (tmp_path / "plain").mkdir()
+    assert_one_line_error(warm_cli("compare-systems", tmp_path / "plain", "--out", target),
+                          "neither imported MLPerf results")
+    assert_one_line_error(warm_cli("compare-systems", out, "--out", target, "--benchmark", "bert"),
+                          "--benchmark bert: none of the folders holds it")
+    assert_one_line_error(warm_cli("compare-systems", out, "--out", target, "--sign-key", tmp_path / "nokey"),
+                          "nokey")
+    other = tmp_path / "other"
+    shutil.copytree(out / "Cisco", other / "Cisco")
+    published = other / "Cisco" / SYSTEMS["Cisco"] / "llama2_70b_lora" / "published.json"
+    published.write_text(published.read_text().replace('"division": "closed"', '"division": "open"', 1))
+    assert_one_line_error(warm_cli("compare-systems", out, other, "--out", target), "is also imported, differently")
+    assert not target.exists()

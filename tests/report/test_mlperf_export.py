@@ -165,6 +165,32 @@ def test_an_export_imported_back_keeps_every_runs_status_and_time_to_target(resu
     assert no_target.score.score_minutes is None and no_target.fingerprint.accelerators == 0
 
 
+def test_measured_runs_stand_beside_the_same_runs_published(results, exported, tmp_path):
+    """compare-systems reads ampcert's own folder and MLPerf's layout the same way: the digits runs,
+    exported and imported back, have the time to train (to the millisecond MLLOG keeps) of the
+    folder they came from."""
+    out, _, _ = exported
+    assert warm_cli("import", "mlperf", out, "--out", tmp_path / "imp").returncode == 0
+    proc = warm_cli("compare-systems", tmp_path / "imp", results, "--out", tmp_path / "cmp", "--benchmark", "digits",
+                    "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(proc.stdout)["comparison"]["rows"]
+    published = {row["name"].rsplit("_", 1)[-1]: row for row in rows if row["source"] == "published"}
+    measured = {row["precision"]: row for row in rows if row["source"] == "measured"}
+    assert sorted(published) == sorted(measured) == ["bf16", "fp32"]
+    for precision, row in measured.items():
+        twin = published[precision]
+        assert row["counted"] == twin["counted"] == 3 and row["runs"] == twin["runs"] == 3
+        assert row["time_to_train_minutes"] == pytest.approx(twin["time_to_train_minutes"], abs=0.25 / 60)
+        # ampcert's logs disclose the precision they measured (MLPerf 6.x's keys); the import reads it back
+        assert twin["precision"] == {"fp32": "attn fp32, comm fp32, linear fp32"}.get(precision, twin["precision"])
+        assert precision == "fp32" or "linear bfloat16" in twin["precision"], twin["precision"]
+        assert row["accelerators"] == twin["accelerators"] == 0 and row["accelerator_hours_per_run"] is None
+        assert row["compliance"] == "not run" and "not an MLPerf submission" in row["compliance_detail"]
+        assert twin["compliance"] in ("passed", "failed", "not run")
+        assert any("trained on a CPU" in note for note in row["notes"])
+
+
 def test_mlperfs_package_checker_accepts_the_package_and_can_reject_it(exported, tmp_path):
     out, _, _ = exported
 
