@@ -74,6 +74,11 @@ class Pricing(_Model):
     source: str = ""
     sha256: str = ""
 
+    def lookup(self, device_name: str, override: float | None = None) -> tuple[float, str] | None:
+        """The price per device-hour of ``device_name`` and where it comes from: ``override``
+        (``--price-per-gpu-hour``) where given, else this table; None where neither has one."""
+        return (override, "--price-per-gpu-hour") if override is not None else self.price_for(device_name)
+
     def price_for(self, device_name: str) -> tuple[float, str] | None:
         name = device_name.lower()
         for entry in self.devices:
@@ -224,11 +229,8 @@ def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
         if jps is None:
             reason = next((str(e["reason"]) for e in energies if e.get("reason")),
                           "no completed run" if not done else "the runs recorded no energy")
-        if price_per_gpu_hour is not None:
-            price, source = price_per_gpu_hour, "--price-per-gpu-hour"
-        else:
-            found = table.price_for(device)
-            price, source = found if found else (None, None)
+        found = table.lookup(device, price_per_gpu_hour)
+        price, source = found if found else (None, None)
         cost, cost_rng = _scaled(hours, hours_rng, lambda h, p=price: h * p) if price is not None else (None, None)
         cost_reason = None
         if cost is None:

@@ -250,6 +250,20 @@ def training_rulesets() -> list[str]:
     return sorted((m.group(1) for m in found if m), key=lambda v: tuple(map(int, v.split("."))))
 
 
+def round_name(text: str) -> str | None:
+    """An MLPerf Training round as ``X.Y`` from how it is written (``v5.1``, ``5.1``, ``5.1.0``,
+    ``training_results_v5.1``), or None where ``text`` is not one."""
+    m = _ROUND.fullmatch(text.strip())
+    return f"{int(m.group(1))}.{int(m.group(2))}" if m else None
+
+
+def round_of_folder(folder: Path) -> str | None:
+    """The round of the ``training_results_vX.Y`` folder that ``folder`` is (or is in), or None."""
+    folder = folder.resolve()
+    return next((found for p in (folder, *folder.parents) if p.name.startswith("training_results_v")
+                 and (found := round_name(p.name))), None)
+
+
 def ruleset_for(round: str) -> tuple[str | None, str]:
     """The training ruleset of an MLPerf round (``v5.1`` -> ``5.1.0``), or None
     and why not."""
@@ -488,8 +502,8 @@ def reverify(folder: str | Path, round: str | None = None) -> Reverification:
     folder = Path(folder).resolve()
     submitter, system, benchmark, files = _benchmark_parts(folder)
     if round is None:
-        named = (_ROUND.fullmatch(p.name) for p in folder.parents if p.name.startswith("training_results_v"))
-        round = next((f"v{m.group(1)}.{m.group(2)}" for m in named if m), None)
+        named = round_of_folder(folder)
+        round = f"v{named}" if named else None
     ruleset, reason = ruleset_for(round) if round else (None, f"{folder}: no round given, and no training_results_vX.Y folder above it")
     if ruleset:
         from mlperf_logging.benchmark_meta import get_allowed_benchmarks

@@ -421,22 +421,21 @@ def print_systems(console: Console, done) -> None:
 
 
 def _print_energy(console: Console, folder, energy) -> None:
-    """Energy to train: ampcert's nodes + switches beside MLPerf's figure, or why there is none."""
+    """Energy to train: ampcert's figure (nodes and switches, else nodes) beside MLPerf's, or why there is none."""
     if not energy.power_logs:
         return
     kinds = ", ".join(energy.measurement_types) or "measurement type not stated"
     rate = f"{1 / energy.sampling_interval_s:.2g} Hz" if energy.sampling_interval_s else "sampling rate unknown"
-    if energy.no_figure:
+    joules, scope = energy.per_run()
+    if joules is None:
         line(console, f"{folder}: energy to train: no figure ({energy.no_figure}); {kinds}, {rate}")
     else:
-        ours = energy.nodes_and_switches_joules
-        line(console, f"{folder}: energy to train {formats.number((ours or energy.nodes_joules or 0) / 3.6e6, 3)} kWh "
-                      f"(nodes{'' if ours is None else ' and switches'}), MLPerf's figure "
-                      f"{formats.number((energy.mlperf_joules or 0) / 3.6e6, 3)} kWh; {kinds}, {rate}")
+        line(console, f"{folder}: energy to train {formats.number(joules / 3.6e6, 3)} kWh ({scope}), MLPerf's "
+                      f"figure {formats.number((energy.mlperf_joules or 0) / 3.6e6, 3)} kWh; {kinds}, {rate}")
     for run in energy.runs:
         if run.refused and run.minutes is not None:
             line(console, f"{folder}: {run.file}: no energy: {run.refused}")
-        elif energy.no_figure and run.nodes_joules is not None:  # no benchmark figure: each run's
+        elif joules is None and run.nodes_joules is not None:  # no benchmark figure: each run's
             ours = run.nodes_and_switches_joules
             line(console, f"{folder}: {run.file}: energy {formats.number((ours or run.nodes_joules) / 3.6e6, 3)} kWh "
                           f"(nodes{'' if ours is None else ' and switches'}), MLPerf's figure "

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -109,7 +109,7 @@ def _hours(minutes: float | None, rng: list[float] | None, accelerators: int
 
 def _priced(row: dict[str, Any], pricing: Pricing, price: float | None) -> dict[str, Any]:
     """The cost fields of a row, from its accelerator-hours."""
-    found = (price, "--price-per-gpu-hour") if price is not None else pricing.price_for(row["accelerator"])
+    found = pricing.lookup(row["accelerator"], price)
     hours, rng = row["accelerator_hours_per_run"], row["accelerator_hours_range"]
     out: dict[str, Any] = {"price_per_gpu_hour": found[0] if found else None, "price_source": found[1] if found else None,
            "cost_per_run": None, "cost_range": None}
@@ -121,10 +121,11 @@ def _priced(row: dict[str, Any], pricing: Pricing, price: float | None) -> dict[
     return out
 
 
-def published_row(folder: Path, rec: PublishedBenchmark, pricing: Pricing, price: float | None) -> SystemRow:
+def published_row(folder: Path, rec: PublishedBenchmark, pricing: Pricing, price: float | None,
+                  shown: Callable[[Path], str] = str) -> SystemRow:
     fp, score, energy, checked = rec.fingerprint, rec.score, rec.energy, rec.reverification
     hours, hours_rng = _hours(score.score_minutes, score.interval_minutes, fp.accelerators)
-    joules = energy.nodes_and_switches_joules if energy.nodes_and_switches_joules is not None else energy.nodes_joules
+    joules, scope = energy.per_run()
     failed = [c for c in checked.checks if c.status == "failed"]
     if checked.reason:
         compliance: Status = "not run"
@@ -136,7 +137,8 @@ def published_row(folder: Path, rec: PublishedBenchmark, pricing: Pricing, price
         detail = (f"MLPerf training {checked.ruleset}: " +
                   ", ".join(f"{c.name} {c.status}" for c in checked.checks))
     row: dict[str, Any] = {
-        "source": "published", "name": f"{rec.submitter} {rec.system}", "folder": str(folder),
+        "source": "published", "name": f"{rec.submitter} {rec.system}" + (f" v{rec.round}" if rec.round else ""),
+        "folder": shown(folder),
         "benchmark": rec.benchmark, "round": rec.round, "division": rec.division, "availability": rec.availability,
         "accelerator": fp.accelerator_model, "accelerators": fp.accelerators, "precision": rec.precision.disclosed,
         "precision_note": f"sw_notes: {rec.precision.sw_notes}" if rec.precision.sw_notes else "",
@@ -144,9 +146,8 @@ def published_row(folder: Path, rec: PublishedBenchmark, pricing: Pricing, price
         "time_to_train_minutes": score.score_minutes, "interval_minutes": score.interval_minutes, "cv": score.cv,
         "discrete_note": score.discrete_note, "accelerator_hours_per_run": hours, "accelerator_hours_range": hours_rng,
         "energy_kwh_per_run": None if joules is None else joules / J_PER_KWH,
-        "energy_scope": None if joules is None else
-        ("nodes and switches" if energy.nodes_and_switches_joules is not None else "nodes") +
-        (f", {'/'.join(energy.measurement_types)}" if energy.measurement_types else ""),
+        "energy_scope": None if scope is None else
+        scope + (f", {'/'.join(energy.measurement_types)}" if energy.measurement_types else ""),
         "energy_note": energy.no_figure, "compliance": compliance, "compliance_detail": detail,
         "notes": [f"no time to train: {score.no_score}"] if score.no_score else [],
     }
@@ -160,7 +161,7 @@ def _accelerators(r: RunResult) -> int:
 
 
 def measured_rows(folder: Path, rs: ResultSet, benchmark: str, pricing: Pricing, price: float | None,
-                  certificate: str | None) -> list[SystemRow]:
+                  certificate: str | None, shown: Callable[[Path], str] = str) -> list[SystemRow]:
     """A row per subject of ``rs`` whose workload label is ``benchmark``."""
     rows = []
     for subject, runs in group_runs(rs.runs, skipped=False).items():
@@ -179,8 +180,11 @@ def measured_rows(folder: Path, rs: ResultSet, benchmark: str, pricing: Pricing,
         notes = [f"no time to train: {why}"] if why else []
         if not accelerators:
             notes.append("no accelerator-hours: trained on a CPU")
+        elif first.spec.command is not None and first.spec.launcher == "process":
+            notes.append("accelerators: 1 GPU counted per run (a command job's own launcher may use more; "
+                         "ampcert does not know how many)")
         row: dict[str, Any] = {
-            "source": "measured", "name": f"{folder.name}: {subject}", "folder": str(folder), "benchmark": benchmark,
+            "source": "measured", "name": f"{folder.name}: {subject}", "folder": shown(folder), "benchmark": benchmark,
             "accelerator": device, "accelerators": accelerators, "precision": subject.precision,
             "precision_note": "the precision the runs trained in (ampcert's AMP)" if subject.amp == "ampcert"
             else "the precision the runs trained in", "runs": len(runs), "counted": len(reached),
@@ -207,27 +211,33 @@ def measured_digest(rs: ResultSet) -> str:
 
 def compare(published: Sequence[tuple[Path, PublishedBenchmark]],
             measured: Sequence[tuple[Path, ResultSet, str | None]], benchmark: str | None,
-            pricing: Pricing, price_per_gpu_hour: float | None = None) -> SystemComparison:
+            pricing: Pricing, price_per_gpu_hour: float | None = None,
+            shown: Callable[[Path], str] = str) -> SystemComparison:
     """The comparison of ``published`` (imported folders) and ``measured`` (results folders, each with its
-    certificate's verdict) for ``benchmark`` (default: the one benchmark the published folders share)."""
+    certificate's verdict) for ``benchmark`` (default: the one benchmark the published folders share).
+    ``shown`` names a folder in the comparison (the caller's choice: relative to the output, so the
+    same inputs give the same bytes however their paths were typed)."""
     named = sorted({rec.benchmark for _, rec in published})
     if benchmark is None:
         if len(named) != 1:
             raise BadArgument("benchmark", "the imported folders hold " + (", ".join(named) or "no benchmark")
                               + "; name the one to compare")
         benchmark = named[0]
-    rows = [published_row(f, rec, pricing, price_per_gpu_hour) for f, rec in published if rec.benchmark == benchmark]
+    rows = [published_row(f, rec, pricing, price_per_gpu_hour, shown) for f, rec in published
+            if rec.benchmark == benchmark]
     for folder, rs, certificate in measured:
-        found = measured_rows(folder, rs, benchmark, pricing, price_per_gpu_hour, certificate)
+        found = measured_rows(folder, rs, benchmark, pricing, price_per_gpu_hour, certificate, shown)
         if not found:
             raise UserError(f"{folder}: no runs of {benchmark!r} (its workloads: "
                             f"{', '.join(sorted({s.workload for s in group_runs(rs.runs)})) or 'none'})")
         rows += found
+    rows.sort(key=lambda row: (row.source != "published", row.name))  # the same table whatever the order given
     if not rows:
         raise BadArgument("benchmark", f"none of the folders holds it (they hold {', '.join(named)})", benchmark)
-    inputs = [SystemInput(folder=str(f), sha256=hashlib.sha256((f / PUBLISHED_FILE).read_bytes()).hexdigest())
-              for f, rec in published if rec.benchmark == benchmark]
-    inputs += [SystemInput(folder=str(f), sha256=measured_digest(rs)) for f, rs, _ in measured]
+    inputs = sorted((SystemInput(folder=shown(f), sha256=hashlib.sha256((f / PUBLISHED_FILE).read_bytes()).hexdigest())
+                     for f, rec in published if rec.benchmark == benchmark), key=lambda i: i.folder)
+    inputs += sorted((SystemInput(folder=shown(f), sha256=measured_digest(rs)) for f, rs, _ in measured),
+                     key=lambda i: i.folder)
     source = ("--price-per-gpu-hour" if price_per_gpu_hour is not None
               else f"{pricing.source} ({pricing.note or 'prices'})")
     assumptions = [

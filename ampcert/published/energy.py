@@ -50,6 +50,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -100,12 +101,25 @@ class BenchmarkEnergy(_Model):
     sampling_interval_s: float | None = Field(default=None, description="median of the runs' median intervals")
 
 
+    def per_run(self) -> tuple[float | None, str | None]:
+        """The energy of one training run (J) as ampcert states it, and what it counts: nodes and
+        switches where every switch is known, else the nodes; (None, None) where there is no figure."""
+        if self.nodes_and_switches_joules is not None:
+            return self.nodes_and_switches_joules, "nodes and switches"
+        if self.nodes_joules is not None:
+            return self.nodes_joules, "nodes"
+        return None, None
+
+
 class _Refused(Exception):
     """A power log with no figure: the one reason the run records."""
 
 
-def energy_benchmark(folder: str | Path, benchmark: str | None = None) -> BenchmarkEnergy:
-    """The energy to train of the benchmark folder ``folder`` (its name is the benchmark unless given)."""
+def energy_benchmark(folder: str | Path, benchmark: str | None = None,
+                     refused: Mapping[str, str] | None = None) -> BenchmarkEnergy:
+    """The energy to train of the benchmark folder ``folder`` (its name is the benchmark unless given).
+    ``refused``: result files MLPerf's compliance checker refused (name -> why): they do not count,
+    here as in the time-to-train score (:func:`.scores.score_benchmark`)."""
     folder = Path(folder)
     benchmark = benchmark or folder.name
     files = scores.result_files(folder)
@@ -116,6 +130,8 @@ def energy_benchmark(folder: str | Path, benchmark: str | None = None) -> Benchm
         return BenchmarkEnergy(benchmark=benchmark, power_logs=False, runs=[], scaling_factor=factor,
                                no_figure="no power/ folder: these results were submitted without power logs")
     runs = [run_energy(folder, path) for path in files]
+    runs = [run.model_copy(update={"minutes": None, "refused": f"no time to train: {refused[run.file]}"})
+            if refused and run.file in refused and run.minutes is not None else run for run in runs]
     counted = [run for run in runs if run.minutes is not None]
     dropped = len(runs) - len(counted)
     result = BenchmarkEnergy(

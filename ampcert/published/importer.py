@@ -31,17 +31,19 @@ Precision is taken from what the logs disclose (MLPerf 6.x's lowest-precision
 keys) or recorded as "not disclosed"; the system description's free-text
 ``sw_notes`` are kept verbatim beside it. It is never guessed from file names.
 
-Importing is all or nothing per invocation: every benchmark folder is read and
-every system description validated before the first file is written, and a
-folder already imported with other content is not replaced. Importing the same
-results twice writes the same bytes.
+Every benchmark folder is read and every system description validated before
+the first file is written, and a folder already imported with other content is
+not replaced. Each folder is written beside its place and renamed into it, so
+it is whole or absent. Importing the same results twice, from wherever they lie,
+writes the same bytes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -49,17 +51,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ampcert.atomic import atomic_write_bytes
-from ampcert.certify.mlperf import Reverification, reverify
-from ampcert.errors import UserError
+from ampcert.certify.mlperf import COMPLIANCE, Reverification, reverify, round_name, round_of_folder
+from ampcert.errors import BadArgument, UserError
 from ampcert.mllog_reader import LogError, TrainingLog, read, summarize
 from ampcert.published.energy import BenchmarkEnergy, energy_benchmark
-from ampcert.published.scores import BenchmarkScore, result_files, score_benchmark
+from ampcert.published.scores import BenchmarkScore, result_files, scaling_factor, score_benchmark
 from ampcert.published.system import SystemFingerprint, read_system
 
 FORMAT: Literal["ampcert.published.mlperf/1"] = "ampcert.published.mlperf/1"
 PUBLISHED_FILE = "published.json"
 NOT_DISCLOSED = "not disclosed"
-_ROUND = re.compile(r"^training_results_v(\d+\.\d+)$")
 
 
 class _Model(BaseModel):
@@ -138,41 +139,44 @@ class BenchmarkFolder:
 
 
 def round_of(path: Path, given: str | None = None) -> str | None:
-    """The round ``path`` belongs to: ``given``, else the ``training_results_vX.Y`` folder it is in."""
+    """The round ``path`` belongs to: ``given`` (``5.1``, ``v5.1`` or ``5.1.0``), else the
+    ``training_results_vX.Y`` folder it is in; None where neither says."""
     if given is not None:
-        if not re.fullmatch(r"\d+\.\d+", given):
-            raise UserError(f"round: expected a round such as 5.1, got {given!r}")
-        return given
-    for part in (path.resolve(), *path.resolve().parents):
-        if match := _ROUND.match(part.name):
-            return match.group(1)
-    return None
+        found = round_name(given)
+        if found is None:
+            raise BadArgument("round", "expected a round such as 5.1", given)
+        return found
+    return round_of_folder(path)
+
+
+def _benchmark_dirs(results: Path) -> list[Path]:
+    """The benchmark folders (holding result logs) of a ``results/`` folder, or of one system's folder in it."""
+    systems = [results] if results.parent.name == "results" else sorted(s for s in results.iterdir() if s.is_dir())
+    return [b for s in systems for b in sorted(s.iterdir()) if b.is_dir() and result_files(b)]
 
 
 def find_benchmarks(path: Path, round_: str | None = None) -> list[BenchmarkFolder]:
-    """Every system's benchmark folder under ``path`` (a round, a submitter or one benchmark
-    folder), sorted; :class:`UserError` where ``path`` is not a submission."""
+    """Every system's benchmark folder under ``path`` (a round, a submitter, its ``results/``, a
+    system's or one benchmark folder), sorted; :class:`UserError` where ``path`` is not a submission.
+    Paths are resolved first: the names of the submitter, system and benchmark are the folders' own."""
     if not path.is_dir():
         raise UserError(f"{path}: no such folder")
+    path = path.resolve()
     found_round = round_of(path, round_)
-
-    def benchmark_dirs(submitter: Path) -> list[Path]:
-        results = submitter / "results"
-        return [b for s in sorted(results.iterdir()) if s.is_dir() for b in sorted(s.iterdir())
-                if b.is_dir() and result_files(b)] if results.is_dir() else []
-
     if result_files(path):
         if path.parent.parent.name != "results":
             raise UserError(f"{path}: holds result logs, but not at <submitter>/results/<system>/<benchmark>/, "
                             "where MLPerf publishes them (the system description is found from there)")
         dirs = [path]
+    elif path.name == "results" or path.parent.name == "results":
+        dirs = _benchmark_dirs(path)
     elif (path / "results").is_dir():
-        dirs = benchmark_dirs(path)
+        dirs = _benchmark_dirs(path / "results")
     else:
-        dirs = [b for sub in sorted(path.iterdir()) if sub.is_dir() for b in benchmark_dirs(sub)]
+        dirs = [b for sub in sorted(path.iterdir()) if (sub / "results").is_dir() for b in _benchmark_dirs(sub / "results")]
     if not dirs:
         raise UserError(f"{path}: not an MLPerf Training submission: no <submitter>/results/<system>/<benchmark>/"
-                        "result_*.txt in it (give a round, a submitter's folder or a benchmark folder)")
+                        "result_*.txt in it (give a round, a submitter's folder, a system's or a benchmark folder)")
     return [BenchmarkFolder(d, found_round) for d in dirs]
 
 
@@ -236,37 +240,65 @@ def read_benchmark(where: BenchmarkFolder) -> Planned:
     scaling = where.folder / "scaling.json"
     if scaling.is_file():
         files["scaling.json"] = scaling.read_bytes()
-    score = score_benchmark(where.folder, where.benchmark, accelerators=fingerprint.accelerators or None)
+    scaling_factor(where.folder)  # a scaling.json that says no factor is one line, before MLPerf's checkers run
     # Stored relative to the submission, so published.json does not depend on where the round was cloned.
     checked = _relative(reverify(where.folder, where.round).model_dump(), str(where.submitter_dir.parent) + "/")
+    # MLPerf's summarizer drops a run its compliance checker refuses; so does the score.
+    refused = {f["file"]: f"MLPerf's compliance checker: {f['errors'][0] if f['errors'] else 'refused'}"
+               for c in checked["checks"] if c["name"] == COMPLIANCE for f in c["files"] if not f["ok"]}
+    score = score_benchmark(where.folder, where.benchmark, accelerators=fingerprint.accelerators or None,
+                            refused=refused)
     record = PublishedBenchmark(
         round=where.round, submitter=where.submitter_dir.name, system=where.system, benchmark=where.benchmark,
         division=fingerprint.division, availability=fingerprint.status, fingerprint=fingerprint,
         precision=_precision(readable, fingerprint), logs=logs,
         scaling_json_sha256=hashlib.sha256(files["scaling.json"]).hexdigest() if "scaling.json" in files else None,
-        score=score, energy=energy_benchmark(where.folder, where.benchmark),
+        score=score, energy=energy_benchmark(where.folder, where.benchmark, refused=refused),
         reverification=Reverification.model_validate(checked))
     files[PUBLISHED_FILE] = (record.model_dump_json(indent=1) + "\n").encode()
     return Planned(where, record, files)
 
 
+def _clash(item: Planned, out: Path) -> str | None:
+    """Why ``item`` cannot be written under ``out`` (None: it can, or it is there already, byte for byte)."""
+    folder = out / item.target
+    for parent in (out, *(out / p for p in reversed(folder.relative_to(out).parents[:-1])), folder):
+        if parent.exists() and not parent.is_dir():
+            return f"{parent}: exists and is not a folder"
+    if not folder.exists():
+        return None
+    there = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if not p.is_dir()}
+    differ = sorted((there ^ set(item.files)) | {n for n, data in item.files.items()
+                                                  if n in there and (folder / n).read_bytes() != data})
+    if differ:
+        return (f"{folder / differ[0]} already exists with other content: import into an empty folder or remove "
+                f"{folder} (a second round of the same system and benchmark goes into another --out)")
+    return None
+
+
 def write_planned(planned: list[Planned], out: Path) -> list[Path]:
-    """Write each planned folder under ``out`` (``published.json`` last: its presence means whole);
-    refuse, before writing anything, a folder already there with other content."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"{out}: exists and is not a folder")
+    """Write each planned folder under ``out``; refuse, before writing anything, a folder already
+    there with other content. Each folder is written beside its place and renamed into it, so a
+    folder is whole or absent; one already there with the same bytes is left as it is."""
     for item in planned:
-        for name, data in item.files.items():
-            path = out / item.target / name
-            if path.exists() and (not path.is_file() or path.read_bytes() != data):
-                raise UserError(f"{path} already exists with other content: import into an empty folder or remove "
-                                f"{out / item.target}")
+        if why := _clash(item, out):
+            raise UserError(why)
     written = []
     for item in planned:
         folder = out / item.target
-        for name in sorted(item.files, key=lambda n: n == PUBLISHED_FILE):
-            (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(folder / name, item.files[name])
+        if not folder.exists():
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            # A hidden name (never read as an import), made with the umask's mode, as the files are.
+            building = folder.parent / f".{folder.name}.importing-{os.getpid()}"
+            shutil.rmtree(building, ignore_errors=True)  # left by a process that was killed
+            building.mkdir()
+            try:
+                for name, data in item.files.items():
+                    (building / name).parent.mkdir(parents=True, exist_ok=True)
+                    atomic_write_bytes(building / name, data)
+                building.rename(folder)
+            finally:
+                shutil.rmtree(building, ignore_errors=True)
         written.append(folder)
     return written
 
@@ -282,7 +314,7 @@ def load_published(folder: Path) -> PublishedBenchmark:
         data = json.loads(path.read_bytes())
     except FileNotFoundError:
         raise UserError(f"{folder}: not an imported MLPerf result (no {PUBLISHED_FILE}: `ampcert import mlperf`)") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise UserError(f"{path}: not JSON ({type(exc).__name__}: {exc})") from None
     try:
         return PublishedBenchmark.model_validate(data)

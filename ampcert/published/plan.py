@@ -92,26 +92,22 @@ def training_plan(records: Sequence[PublishedBenchmark], training_runs: int, *,
         wall, wall_rng = _times(minutes, interval, lambda m: n * m / 60)
         hours, hours_rng = (_times(wall, wall_rng, lambda h, a=fp.accelerators: h * a) if fp.accelerators
                             else (None, None))
-        found = ((price_per_gpu_hour, "--price-per-gpu-hour") if price_per_gpu_hour is not None
-                 else table.price_for(fp.accelerator_model))
+        found = table.lookup(fp.accelerator_model, price_per_gpu_hour)
         price, source = found if found else (None, None)
         cost, cost_rng = _times(hours, hours_rng, lambda h, p=price: h * p) if price is not None else (None, None)
         reason = (f"no score: {score.no_score}" if minutes is None else
                   "no accelerators in the system description" if not fp.accelerators else
                   f"no price for {fp.accelerator_model!r} in {table.source}: pass --price-per-gpu-hour or --pricing"
                   if price is None else None)
-        energy = rec.energy
-        joules = energy.nodes_and_switches_joules if energy.nodes_and_switches_joules is not None else energy.nodes_joules
+        joules, scope = rec.energy.per_run()
         rows.append(PublishedPlanRow(
             submitter=rec.submitter, system=rec.system, benchmark=rec.benchmark, round=rec.round,
             accelerator=fp.accelerator_model, accelerators=fp.accelerators, score_minutes=minutes,
             score_interval_minutes=interval, wall_time_h=wall, wall_time_h_range=wall_rng,
             accelerator_hours=hours, accelerator_hours_range=hours_rng, price_per_gpu_hour=price,
             price_source=source, cost=cost, cost_range=cost_rng, reason=reason,
-            energy_kwh=None if joules is None else n * joules / J_PER_KWH,
-            energy_scope=None if joules is None else
-            "nodes and switches" if energy.nodes_and_switches_joules is not None else "nodes",
-            energy_reason=None if joules is not None else energy.no_figure or "no power logs"))
+            energy_kwh=None if joules is None else n * joules / J_PER_KWH, energy_scope=scope,
+            energy_reason=None if joules is not None else rec.energy.no_figure or "no power logs"))
     source = "--price-per-gpu-hour" if price_per_gpu_hour is not None else f"{table.source} ({table.note or 'prices'})"
     assumptions = [
         f"{n:,} training run(s) of each system's published configuration, one after another; a run takes "

@@ -14,9 +14,9 @@ MLPerf's score (``mlperf_logging.result_summarizer``, for a benchmark folder of
 
 :func:`score_benchmark` computes it with the same operations in the same order,
 so the figure is MLPerf's to the last digit (tests/published/test_scores.py runs
-both). Until the importer runs MLPerf's compliance checker on each log, a run is
-dropped here only when ampcert's strict reader (:mod:`ampcert.mllog_reader`)
-refuses its log or it did not succeed, each with its reason.
+both). A run is dropped when ampcert's strict reader (:mod:`ampcert.mllog_reader`)
+refuses its log, when it did not succeed, or when MLPerf's compliance checker
+refused it (``refused``: the importer runs the checker first), each with its reason.
 
 What the score does not say, and this module adds: the spread of the counted runs
 (fastest, slowest, coefficient of variation); a bootstrap interval of the score
@@ -33,6 +33,7 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from statistics import median
 
@@ -129,8 +130,9 @@ def run_time(path: Path) -> tuple[RunTime, TrainingLog | None]:
 
 
 def score_benchmark(folder: str | Path, benchmark: str | None = None, accelerators: int | None = None,
-                    seed: int = 0) -> BenchmarkScore:
-    """Score the benchmark folder ``folder`` (its name is the benchmark unless given)."""
+                    seed: int = 0, refused: Mapping[str, str] | None = None) -> BenchmarkScore:
+    """Score the benchmark folder ``folder`` (its name is the benchmark unless given). ``refused``:
+    result files MLPerf's compliance checker refused (name -> why), dropped as the summarizer drops them."""
     folder = Path(folder)
     benchmark = benchmark or folder.name
     files = result_files(folder)
@@ -138,6 +140,8 @@ def score_benchmark(folder: str | Path, benchmark: str | None = None, accelerato
         raise UserError(f"{folder}: no result_*.txt logs: not an MLPerf benchmark folder")
     factor = scaling_factor(folder)
     timed = [run_time(path) for path in files]
+    timed = [(run.model_copy(update={"minutes": None, "dropped": refused[run.file]}), log)
+             if refused and run.minutes is not None and run.file in refused else (run, log) for run, log in timed]
     runs = [run for run, _ in timed]
     counted = [run.minutes for run in runs if run.minutes is not None]
     dropped = len(runs) - len(counted)

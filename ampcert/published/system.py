@@ -6,7 +6,8 @@ some files and digit strings in others (``"number_of_nodes": 8`` and ``"8"`` bot
 occur in v5.0), and ``other_software_stack`` is text, a list or a mapping. This
 module accepts each of those spellings and nothing looser: a count must be a
 whole number (``8`` or ``"8"``, at least 1, or 0 accelerators per node for a CPU-only
-system; not ``"8x"``, ``8.5``, ``true`` or ``""``), a text
+system; not ``"8x"``, ``8.5``, ``true`` or ``""``; an optional count that is not one,
+the host's processors per node or cores, is left unknown), a text
 field must be text (a number in ``accelerator_model_name`` is a broken file, not a
 name). The accelerator count is what accelerator-hours multiply by, so a file that
 cannot say it refuses the import with one line naming the file, the field and the
@@ -20,6 +21,7 @@ value, before anything is written.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -62,27 +64,36 @@ class SystemFingerprint(BaseModel):
 
 
 def _count(path: Path, data: dict[str, Any], name: str, required: bool) -> int | None:
+    """A whole number the file gives as a number or in ASCII digits. A required count that is
+    not one refuses the file; an optional one (the host's processors) that is not, such as
+    "N/A" or "2 (big); 4 (LITTLE)", is None: it multiplies nothing."""
     # A CPU-only system has 0 accelerators per node (ampcert's own export writes "0"); nothing else may be 0.
     least = 0 if name == "accelerators_per_node" else 1
     value = data.get(name)
-    if value is None or (value == "" and not required):
-        if required:
-            raise UserError(f"{path}: {name} is missing: a system description must say it")
-        return None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= least:
+    if isinstance(value, int) and not isinstance(value, bool) and least <= value < 10**9:
         return value
-    if isinstance(value, str) and value.strip().isdigit() and int(value) >= least:
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,9}", value.strip()) and int(value) >= least:
         return int(value)
-    raise UserError(f"{path}: {name} {value!r} is not a whole number of at least {least} (8 or \"8\")")
+    if not required:
+        return None
+    if value is None:
+        raise UserError(f"{path}: {name} is missing: a system description must say it")
+    raise UserError(f"{path}: {name} {_shown(value)} is not a whole number of at least {least} (8 or \"8\")")
+
+
+def _shown(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _text(path: Path, data: dict[str, Any], name: str) -> str:
+    """A text field, on one line (``sw_notes`` as written: it is quoted, never parsed)."""
     value = data.get(name, "")
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise UserError(f"{path}: {name} {value!r} is not text")
-    return " ".join(value.split())
+        raise UserError(f"{path}: {name} {_shown(value)} is not text")
+    return value if name == "sw_notes" else " ".join(value.split())
 
 
 def _stack(value: Any) -> str:
@@ -100,7 +111,7 @@ def read_system(path: Path) -> SystemFingerprint:
         data = json.loads(path.read_bytes())
     except FileNotFoundError:
         raise UserError(f"{path}: no system description (every results/<system>/ has systems/<system>.json)") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise UserError(f"{path}: not a JSON system description ({type(exc).__name__}: {exc})") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: a system description is a JSON object, found {type(data).__name__}")

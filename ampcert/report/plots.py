@@ -229,7 +229,8 @@ def intervals(title: str, labels: list[str], values: list[float | None], ranges:
     pts = [(lab, v, r) for lab, v, r in zip(labels, values, ranges, strict=True) if v is not None]
     if not pts:
         return None
-    with plt.rc_context(_STYLE):
+    # Names come from folders: a "$" in one is text, not mathtext (which could fail to parse).
+    with plt.rc_context({**_STYLE, "text.parse_math": False}):
         fig, ax = plt.subplots(figsize=(6.4, 0.5 + 0.42 * len(pts)))
         ax.set_title(title)
         ys = list(range(len(pts)))[::-1]

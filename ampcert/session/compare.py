@@ -81,9 +81,12 @@ def capacity(source: str | Path, target_samples: int | None = None, *, gpus: int
 
     with interruptible():
         if imported := imported_folders(Path(source)):
-            if target_samples is not None or global_batch is not None:
-                raise BadArgument("target_samples" if target_samples is not None else "global_batch",
-                                  f"{source} holds imported MLPerf results: plan them in training_runs")
+            given = [name for name, value in (("target_samples", target_samples), ("global_batch", global_batch),
+                                              ("device_memory", device_memory), ("gpus", None if gpus == 1 else gpus))
+                     if value is not None]
+            if given:
+                raise BadArgument(given[0], f"{source} holds imported MLPerf results: plan them in training_runs "
+                                  "(each system's own accelerators)")
             from ampcert.published import plan as published_plan
 
             pp = published_capacity(imported, training_runs, price_per_gpu_hour=price_per_gpu_hour,

@@ -3,6 +3,7 @@ imported folders (``published_capacity``); see :mod:`ampcert.published`."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,7 +78,9 @@ def imported_folders(source: Path) -> list[Path]:
         return [source]
     if not source.is_dir():
         return []
-    return sorted(p.parent for depth in (1, 2, 3) for p in source.glob("*/" * depth + PUBLISHED_FILE))
+    # Hidden folders are not imports: an import builds each folder under a hidden name first.
+    return sorted(p.parent for depth in (1, 2, 3) for p in source.glob("*/" * depth + PUBLISHED_FILE)
+                  if not any(part.startswith(".") for part in p.relative_to(source).parts))
 
 
 def published_capacity(folders: Sequence[Path], training_runs: int | None, *,
@@ -133,14 +136,19 @@ def compare_systems(folders: Sequence[str | Path], out: str | Path, *, benchmark
                 published += [(f, load_published(f)) for f in imported]
             elif ResultsDir(given).plan_file.is_file():
                 rs = load(given)
-                verdicts = given / "verdicts.json"
+                verdicts = ResultsDir(given).verdicts_file
                 certificate = _certificate(verdicts) if verdicts.is_file() else None
                 measured.append((given, rs, certificate))
             else:
                 raise UserError(f"{given}: neither imported MLPerf results (`ampcert import mlperf`) nor an ampcert "
                                 "results folder")
-        comparison = compare(_once(published), measured, benchmark, load_pricing(pricing), price_per_gpu_hour)
         target = Path(out)
+
+        def shown(folder: Path) -> str:  # relative to the output: the same however the paths were typed
+            return Path(os.path.relpath(folder.resolve(), target.resolve())).as_posix()
+
+        comparison = compare(_once(published), measured, benchmark, load_pricing(pricing), price_per_gpu_hour,
+                             shown)
         if target.exists() and not target.is_dir():
             raise UserError(f"{target}: exists and is not a folder")
         rows = [systems.cells(row, comparison.currency) for row in comparison.rows]
@@ -150,6 +158,7 @@ def compare_systems(folders: Sequence[str | Path], out: str | Path, *, benchmark
             load_private_key(sign_key)  # a key that cannot sign is bad input, found before anything is written
         written = systems.write(comparison, target)
         if sign_key is None:
+            (target / systems.ENVELOPE).unlink(missing_ok=True)  # an older signature would not match these files
             return SystemsCompared(comparison, rows, written)
         envelope, warnings = systems.sign(comparison, target, sign_key)
         return SystemsCompared(comparison, rows, written, envelope, warnings)

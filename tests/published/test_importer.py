@@ -152,6 +152,8 @@ def test_a_folder_that_is_not_a_submission_is_one_line_and_nothing_is_written(tm
     ("accelerator_model_name", 355, "accelerator_model_name 355 is not text"),
     ("submitter", ["AMD"], "submitter ['AMD'] is not text"),
     ("accelerators_per_node", None, "accelerators_per_node is missing"),
+    ("accelerators_per_node", "²", "accelerators_per_node '²' is not a whole number"),
+    ("number_of_nodes", "9" * 5000, "number_of_nodes '" + "9" * 39 + "… is not a whole number"),
 ])
 def test_a_system_description_with_the_wrong_types_is_one_line_and_nothing_is_written(tmp_path, field, value, says):
     copy = _round_copy(tmp_path)
@@ -168,9 +170,14 @@ def test_counts_written_as_numbers_or_digit_strings_both_read(tmp_path):
     path = tmp_path / "s.json"
     data = json.loads((ROUND / "AMD" / "systems" / f"{SYSTEMS['AMD']}.json").read_text())
     path.write_text(json.dumps(data | {"number_of_nodes": 2, "accelerators_per_node": " 8 ",
-                                       "other_software_stack": {"NeMo": "2.3", "TE": ""}}))
+                                       "other_software_stack": {"NeMo": "2.3", "TE": ""},
+                                       "host_processors_per_node": "2 (big); 4 (LITTLE)",
+                                       "host_processor_core_count": "N/A", "sw_notes": "FP8  Training\n"}))
     fp = read_system(path)
     assert (fp.nodes, fp.accelerators) == (2, 16) and fp.software_stack == "NeMo 2.3, TE"
+    # optional counts that are no number multiply nothing: unknown, not a refusal; the notes stay as written
+    assert fp.host_processors_per_node is None and fp.host_processor_core_count is None
+    assert fp.sw_notes == "FP8  Training\n"
     path.write_text("[1, 2]")
     with pytest.raises(UserError, match="is a JSON object, found list"):
         read_system(path)
@@ -319,7 +326,7 @@ def test_the_systems_comparison_is_rendered_signed_and_verifiable(imported, tmp_
     assert rows["AMD"]["cost_per_run"] is None and rows["AMD"]["energy_kwh_per_run"] is None
     folder = tmp_path / "cmp"
     md = (folder / "comparison.md").read_text()
-    assert "| Cisco 1xC885A_M8-8xH200-SXM-141GB | 8 x NVIDIA H200-SXM5-141GB | not disclosed | 10/10 | 23.63 (22.48–24.78)" in md
+    assert "| Cisco 1xC885A_M8-8xH200-SXM-141GB v5.1 | 8 x NVIDIA H200-SXM5-141GB | not disclosed | 10/10 | 23.63 (22.48–24.78)" in md
     assert "precision not disclosed (sw_notes: FP8 Training)" in md
     html = (folder / "comparison.html").read_text()
     assert html.count("<svg") == 3 and "default-src 'none'" in html and "<script" not in html
@@ -356,3 +363,90 @@ def test_compare_systems_bad_input_is_one_line_and_nothing_is_written(imported, 
     published.write_text(published.read_text().replace('"division": "closed"', '"division": "open"', 1))
     assert_one_line_error(warm_cli("compare-systems", out, other, "--out", target), "is also imported, differently")
     assert not target.exists()
+
+
+def test_a_run_mlperfs_compliance_checker_refuses_is_dropped_as_the_summarizer_drops_it(tmp_path):
+    copy = _round_copy(tmp_path)
+    folder = copy / "Cisco" / "results" / SYSTEMS["Cisco"] / "llama2_70b_lora"
+    log = folder / "result_2.txt"  # the benchmark's closed rules want lora_rank 16; the run still succeeded
+    log.write_text(log.read_text().replace('"key": "lora_rank", "value": 16', '"key": "lora_rank", "value": 8'))
+    (rec,) = session.import_mlperf([folder], tmp_path / "out").records
+    assert rec.logs[2].status == "success"
+    assert rec.score.runs[2].minutes is None
+    assert rec.score.runs[2].dropped.startswith("MLPerf's compliance checker: CHECK for 'lora_rank' failed")
+    assert rec.score.score_minutes == _summarizer(folder) == rec.reverification.summarizer_minutes
+    assert rec.score.score_minutes != load_published_score(ROUND / "Cisco" / "results" / SYSTEMS["Cisco"]
+                                                           / "llama2_70b_lora")
+
+
+def load_published_score(folder: Path) -> float | None:
+    from ampcert.published.scores import score_benchmark
+
+    return score_benchmark(folder).score_minutes
+
+
+
+def test_the_same_results_import_to_the_same_bytes_from_wherever_they_lie(imported, tmp_path, monkeypatch):
+    """Paths are resolved and stored relative to the submission: a copy elsewhere, a relative path,
+    or '.' inside the benchmark folder import to what the fixtures import to."""
+    out, _ = imported
+    copy = _round_copy(tmp_path)
+    expected = (out / "Dell" / SYSTEMS["Dell"] / "llama2_70b_lora" / "published.json").read_bytes()
+    benchmark = copy / "Dell" / "results" / SYSTEMS["Dell"] / "llama2_70b_lora"
+    monkeypatch.chdir(benchmark)
+    done = session.import_mlperf(["."], tmp_path / "a")
+    assert done.records[0].submitter == "Dell" and done.records[0].round == "5.1"
+    monkeypatch.chdir(tmp_path)
+    session.import_mlperf([Path("training_results_v5.1") / "Dell" / "results" / SYSTEMS["Dell"]], "b")
+    for name in ("a", "b"):
+        assert (tmp_path / name / "Dell" / SYSTEMS["Dell"] / "llama2_70b_lora" / "published.json").read_bytes() \
+            == expected, name
+    assert str(tmp_path) not in expected.decode()
+
+
+def test_an_output_in_the_way_is_one_line_and_nothing_is_written(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "AMD").write_text("a file where a folder goes\n")
+    proc = warm_cli("import", "mlperf", ROUND, "--out", tmp_path / "out")
+    assert_one_line_error(proc, "out/AMD: exists and is not a folder")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["AMD"]
+    assert_one_line_error(warm_cli("import", "mlperf", ROUND / "AMD", "--out", tmp_path / "out" / "AMD"),
+                          "exists and is not a folder")
+    assert_one_line_error(warm_cli("import", "mlperf", ROUND / "AMD", "--out", tmp_path / "o2", "--round", "five"),
+                          "--round five: expected a round such as 5.1")
+
+
+def test_a_run_the_compliance_checker_refuses_has_no_energy_either(tmp_path):
+    copy = tmp_path / "training_results_v5.0"
+    shutil.copytree(POWER_ROUND, copy)
+    folder = copy / "Lenovo" / "results" / LENOVO / "bert"
+    log = folder / "result_3.txt"
+    log.write_text(log.read_text().replace('"key": "submission_benchmark", "value": "bert"',
+                                           '"key": "submission_benchmark", "value": "bert-large"'))
+    (rec,) = session.import_mlperf([folder], tmp_path / "out").records
+    refused = rec.score.runs[1]
+    assert refused.file == "result_3.txt" and refused.dropped.startswith("MLPerf's compliance checker"), refused
+    energy = {run.file: run for run in rec.energy.runs}
+    assert energy["result_3.txt"].minutes is None and "MLPerf's compliance checker" in energy["result_3.txt"].refused
+    assert energy["result_1.txt"].nodes_joules is not None
+
+
+def test_an_unsigned_comparison_leaves_no_older_signature_behind(imported, tmp_path):
+    out, _ = imported
+    assert warm_cli("keygen", tmp_path / "key").returncode == 0
+    session.compare_systems([out], tmp_path / "cmp", sign_key=tmp_path / "key")
+    assert (tmp_path / "cmp" / "comparison.dsse.json").exists()
+    session.compare_systems([out], tmp_path / "cmp", price_per_gpu_hour=9.0)
+    assert not (tmp_path / "cmp" / "comparison.dsse.json").exists()
+
+
+def test_a_comparison_is_the_same_however_its_paths_are_typed(imported, tmp_path, monkeypatch):
+    out, _ = imported
+    shutil.copytree(out, tmp_path / "published")
+    monkeypatch.chdir(tmp_path)
+    session.compare_systems(["published"], "a")
+    session.compare_systems([str(tmp_path / "published") + "/"], tmp_path / "b")
+    session.compare_systems(["./published/Cisco", "./published/AMD", "./published/Dell"], "c")
+    a = (tmp_path / "a" / "comparison.json").read_bytes()
+    assert (tmp_path / "b" / "comparison.json").read_bytes() == a == (tmp_path / "c" / "comparison.json").read_bytes()
+    assert json.loads(a)["inputs"][0]["folder"] == "../published/AMD/MI355X_EPYC_9575F_pytorch/llama2_70b_lora"

@@ -183,11 +183,12 @@ def test_measured_runs_stand_beside_the_same_runs_published(results, exported, t
         assert row["counted"] == twin["counted"] == 3 and row["runs"] == twin["runs"] == 3
         assert row["time_to_train_minutes"] == pytest.approx(twin["time_to_train_minutes"], abs=0.25 / 60)
         # ampcert's logs disclose the precision they measured (MLPerf 6.x's keys); the import reads it back
-        assert twin["precision"] == {"fp32": "attn fp32, comm fp32, linear fp32"}.get(precision, twin["precision"])
-        assert precision == "fp32" or "linear bfloat16" in twin["precision"], twin["precision"]
+        assert twin["precision"] == {"fp32": "attn fp32, comm fp32, linear fp32",
+                                     "bf16": "attn bfloat16, comm fp32, linear bfloat16"}[precision]
         assert row["accelerators"] == twin["accelerators"] == 0 and row["accelerator_hours_per_run"] is None
         assert row["compliance"] == "not run" and "not an MLPerf submission" in row["compliance_detail"]
-        assert twin["compliance"] in ("passed", "failed", "not run")
+        # an export is no round of MLPerf's: its checkers have no ruleset to judge it by, and say so
+        assert twin["compliance"] == "not run" and "no training_results_vX.Y folder" in twin["compliance_detail"]
         assert any("trained on a CPU" in note for note in row["notes"])
 
 
