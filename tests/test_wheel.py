@@ -231,3 +231,19 @@ def test_a_broken_installation_says_so_in_one_line(wheel, tmp_path):
                               capture_output=True, text=True, timeout=120)
         assert_one_line_error(proc, *(["missing from this installation"] if args[0] != "certify" else []))
     assert not (tmp_path / "out").exists()
+
+
+def test_published_mlperf_results_from_an_empty_folder(installed, tmp_path):
+    """The procurement path from the wheel: import a round (MLPerf's checkers, as installed with it),
+    plan from it, compare the systems and sign and verify the comparison (its template is package data)."""
+    fixtures = REPO / "tests" / "fixtures" / "mlperf" / "training_results_v5.1"
+    imported = json.loads(_run(installed, tmp_path, "import", "mlperf", str(fixtures), "--out", "pub", "--json").stdout)
+    assert imported["ok"] and [row["score"]["score_minutes"] for row in imported["imported"]][0] == 10.18474574915825
+    plan = json.loads(_run(installed, tmp_path, "plan", "pub", "--training-runs", "10", "--json").stdout)
+    assert len(plan["rows"]) == 3 and plan["pricing"].startswith("ampcert:configs/pricing.yaml")
+    _run(installed, tmp_path, "keygen", "key")
+    _run(installed, tmp_path, "compare-systems", "pub", "--out", "cmp", "--sign-key", "key")
+    assert "<svg" in (tmp_path / "cmp" / "comparison.html").read_text()
+    verified = _run(installed, tmp_path, "verify", "cmp/comparison.dsse.json", "--pubkey", "key.pub")
+    assert "systems compared: llama2_70b_lora" in verified.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp", "key", "key.pub", "pub"]
