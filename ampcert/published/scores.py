@@ -117,7 +117,7 @@ def result_files(folder: Path) -> list[Path]:
 def run_time(path: Path) -> tuple[RunTime, TrainingLog | None]:
     """One log's time to train, or why it is dropped."""
     try:
-        log = summarize(read(path), path.name)
+        log = summarize(read(path, in_order=False), path.name)  # ranks interleave (mllog_reader.parse)
     except LogError as exc:
         return RunTime(file=path.name, minutes=None, dropped=exc.detail), None
     last = log.evals[-1].samples_count if log.evals else None

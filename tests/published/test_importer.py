@@ -450,3 +450,22 @@ def test_a_comparison_is_the_same_however_its_paths_are_typed(imported, tmp_path
     a = (tmp_path / "a" / "comparison.json").read_bytes()
     assert (tmp_path / "b" / "comparison.json").read_bytes() == a == (tmp_path / "c" / "comparison.json").read_bytes()
     assert json.loads(a)["inputs"][0]["folder"] == "../published/AMD/MI355X_EPYC_9575F_pytorch/llama2_70b_lora"
+
+
+def test_a_published_log_whose_ranks_interleave_counts_as_mlperf_counts_it(tmp_path):
+    """318 of v5.1's 1,679 logs go backwards in time somewhere (their ranks' lines as the launcher
+    collected them, up to 4.7 minutes apart); MLPerf's tools accept them, and so does the import."""
+    copy = _round_copy(tmp_path)
+    folder = copy / "Cisco" / "results" / SYSTEMS["Cisco"] / "llama2_70b_lora"
+    log = folder / "result_4.txt"
+    lines = log.read_text().splitlines(keepends=True)
+    times = [int(re.search(r'"time_ms": (\d+)', line)[1]) for line in lines]
+    at = next(i for i in range(len(lines) // 2, len(lines) - 1) if times[i] < times[i + 1])
+    lines[at], lines[at + 1] = lines[at + 1], lines[at]  # a later line before an earlier one
+    log.write_text("".join(lines))
+    with pytest.raises(UserError, match="timestamps go backwards"):  # ampcert's own logs stay strict
+        from ampcert.mllog_reader import read
+        read(log)
+    (rec,) = session.import_mlperf([folder], tmp_path / "out").records
+    assert rec.logs[4].status == "success" and rec.score.runs[4].minutes is not None
+    assert rec.score.score_minutes == _summarizer(folder) == 23.628676823361822
