@@ -33,7 +33,7 @@ import io
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -177,8 +177,10 @@ def _median_range(values: list[float]) -> tuple[float | None, list[float] | None
     return float(statistics.median(values)), [float(min(values)), float(max(values))]
 
 
-def _scaled(value: float | None, rng: list[float] | None, f) -> tuple[float | None, list[float] | None]:
-    """``f`` applied to a value and its range (sorted again: f may be decreasing)."""
+def scaled(value: float | None, rng: list[float] | None,
+           f: Callable[[float], float]) -> tuple[float | None, list[float] | None]:
+    """``f`` applied to a value and its range (sorted again: f may be decreasing); (None, None)
+    for no value. Every projection of a plan (here and :mod:`ampcert.published`) is one."""
     if value is None:
         return None, None
     return f(value), sorted([f(rng[0]), f(rng[1])]) if rng else None
@@ -219,11 +221,11 @@ def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
         first = (done or members)[0]
         device = str((first.environment or {}).get("device_name") or first.spec.device)
         thr, thr_rng = _median_range(_values(done, "samples_per_s"))
-        wall, wall_rng = _scaled(thr, thr_rng, lambda t: n / (t * k) / 3600.0)
-        hours, hours_rng = _scaled(wall, wall_rng, lambda h: h * k)
+        wall, wall_rng = scaled(thr, thr_rng, lambda t: n / (t * k) / 3600.0)
+        hours, hours_rng = scaled(wall, wall_rng, lambda h: h * k)
         energies = [(r.telemetry or {}).get("energy") or {} for r in done]
         jps, jps_rng = _median_range(_values(done, "energy_j_per_sample"))
-        kwh, kwh_rng = _scaled(jps, jps_rng, lambda j: n * j / J_PER_KWH)
+        kwh, kwh_rng = scaled(jps, jps_rng, lambda j: n * j / J_PER_KWH)
         measured = next((e for e in energies if e.get("train_j_per_sample") is not None), {})
         reason = None
         if jps is None:
@@ -231,7 +233,7 @@ def capacity_plan(runs: Iterable[RunResult], target_samples: int, gpus: int = 1,
                           "no completed run" if not done else "the runs recorded no energy")
         found = table.lookup(device, price_per_gpu_hour)
         price, source = found if found else (None, None)
-        cost, cost_rng = _scaled(hours, hours_rng, lambda h, p=price: h * p) if price is not None else (None, None)
+        cost, cost_rng = scaled(hours, hours_rng, lambda h, p=price: h * p) if price is not None else (None, None)
         cost_reason = None
         if cost is None:
             cost_reason = (f"no price for {device!r} in {table.source}: pass --price-per-gpu-hour"

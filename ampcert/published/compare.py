@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert.aggregate import group_runs, run_value
 from ampcert.errors import BadArgument, UserError
-from ampcert.plan import J_PER_KWH, Pricing
+from ampcert.plan import J_PER_KWH, Pricing, scaled
 from ampcert.published.importer import PUBLISHED_FILE, PublishedBenchmark
 from ampcert.published.scores import bootstrap, olympic_score
 from ampcert.results import ResultSet, RunResult
@@ -102,9 +102,8 @@ class SystemComparison(_Model):
 
 def _hours(minutes: float | None, rng: list[float] | None, accelerators: int
            ) -> tuple[float | None, list[float] | None]:
-    if minutes is None or not accelerators:
-        return None, None
-    return minutes * accelerators / 60, [m * accelerators / 60 for m in rng] if rng else None
+    """Accelerator-hours of a run of ``minutes`` (none on a system without accelerators)."""
+    return scaled(minutes, rng, lambda m: m * accelerators / 60) if accelerators else (None, None)
 
 
 def _priced(row: dict[str, Any], pricing: Pricing, price: float | None) -> dict[str, Any]:
@@ -114,8 +113,7 @@ def _priced(row: dict[str, Any], pricing: Pricing, price: float | None) -> dict[
     out: dict[str, Any] = {"price_per_gpu_hour": found[0] if found else None, "price_source": found[1] if found else None,
            "cost_per_run": None, "cost_range": None}
     if found and hours is not None:
-        out["cost_per_run"] = hours * found[0]
-        out["cost_range"] = [h * found[0] for h in rng] if rng else None
+        out["cost_per_run"], out["cost_range"] = scaled(hours, rng, lambda h: h * found[0])
     elif hours is not None:
         row["notes"].append(f"no cost: no price for {row['accelerator']!r} in {pricing.source}")
     return out

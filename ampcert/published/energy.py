@@ -50,7 +50,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -58,7 +57,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert.errors import UserError
-from ampcert.mllog_reader import MARKER, LogEvent
+from ampcert.mllog_reader import MARKER, LogEvent, TrainingLog
 from ampcert.published import scores
 
 
@@ -116,10 +115,10 @@ class _Refused(Exception):
 
 
 def energy_benchmark(folder: str | Path, benchmark: str | None = None,
-                     refused: Mapping[str, str] | None = None) -> BenchmarkEnergy:
-    """The energy to train of the benchmark folder ``folder`` (its name is the benchmark unless given).
-    ``refused``: result files MLPerf's compliance checker refused (name -> why): they do not count,
-    here as in the time-to-train score (:func:`.scores.score_benchmark`)."""
+                     timed: scores.Timed | None = None) -> BenchmarkEnergy:
+    """The energy to train of the benchmark folder ``folder`` (its name is the benchmark unless given),
+    from its result files' ``timed`` runs (:func:`.scores.timed_runs`, read here unless given: the
+    runs the time-to-train score counts, and no others, have an energy figure)."""
     folder = Path(folder)
     benchmark = benchmark or folder.name
     files = scores.result_files(folder)
@@ -129,9 +128,8 @@ def energy_benchmark(folder: str | Path, benchmark: str | None = None,
     if not (folder / "power").is_dir():
         return BenchmarkEnergy(benchmark=benchmark, power_logs=False, runs=[], scaling_factor=factor,
                                no_figure="no power/ folder: these results were submitted without power logs")
-    runs = [run_energy(folder, path) for path in files]
-    runs = [run.model_copy(update={"minutes": None, "refused": f"no time to train: {refused[run.file]}"})
-            if refused and run.file in refused and run.minutes is not None else run for run in runs]
+    timed = scores.timed_runs(files) if timed is None else timed
+    runs = [run_energy(folder, path, one) for path, one in zip(files, timed, strict=True)]
     counted = [run for run in runs if run.minutes is not None]
     dropped = len(runs) - len(counted)
     result = BenchmarkEnergy(
@@ -169,9 +167,11 @@ def olympic_by_time(minutes: list[float], energies: list[float | None], dropped:
     return sum(countable) * 1.0 / len(countable) * factor
 
 
-def run_energy(folder: Path, result: Path) -> RunEnergy:
-    """One run's energy figures (``folder/power/<result's name>/``), or the one reason it has none."""
-    timed, log = scores.run_time(result)
+def run_energy(folder: Path, result: Path,
+               known: tuple[scores.RunTime, TrainingLog | None] | None = None) -> RunEnergy:
+    """One run's energy figures (``folder/power/<result's name>/``), or the one reason it has none;
+    ``known``: the result's :func:`.scores.run_time` where the caller has it."""
+    timed, log = scores.run_time(result) if known is None else known
     run = RunEnergy(file=result.name, minutes=timed.minutes, refused=f"no time to train: {timed.dropped}")
     if timed.minutes is None or log is None:
         return run

@@ -53,9 +53,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ampcert.atomic import atomic_write_bytes
 from ampcert.certify.mlperf import COMPLIANCE, Reverification, reverify, round_name, round_of_folder
 from ampcert.errors import BadArgument, UserError
-from ampcert.mllog_reader import LogError, TrainingLog, read, summarize
+from ampcert.mllog_reader import TrainingLog
 from ampcert.published.energy import BenchmarkEnergy, energy_benchmark
-from ampcert.published.scores import BenchmarkScore, result_files, scaling_factor, score_benchmark
+from ampcert.published.scores import (
+    BenchmarkScore,
+    RunTime,
+    result_files,
+    scaling_factor,
+    score_benchmark,
+    timed_runs,
+)
 from ampcert.published.system import SystemFingerprint, read_system
 
 FORMAT: Literal["ampcert.published.mlperf/1"] = "ampcert.published.mlperf/1"
@@ -180,15 +187,13 @@ def find_benchmarks(path: Path, round_: str | None = None) -> list[BenchmarkFold
     return [BenchmarkFolder(d, found_round) for d in dirs]
 
 
-def _log(where: BenchmarkFolder, path: Path, data: bytes) -> tuple[PublishedLog, TrainingLog | None]:
-    copy = PublishedLog(file=f"logs/{path.name}", original=where.relative(path.name),
-                        sha256=hashlib.sha256(data).hexdigest(), bytes=len(data), status=None)
-    try:
-        log = summarize(read(path, in_order=False), path.name)  # ranks interleave (mllog_reader.parse)
-    except LogError as exc:
-        return copy.model_copy(update={"problem": exc.detail}), None
-    return copy.model_copy(update={"status": log.status, "seed": log.seed,
-                                   "global_batch_size": log.global_batch_size}), log
+def _log(where: BenchmarkFolder, data: bytes, run: RunTime, log: TrainingLog | None) -> PublishedLog:
+    """One result log as published: its bytes' digest, and what its run says (from :func:`.scores.run_time`)."""
+    return PublishedLog(file=f"logs/{run.file}", original=where.relative(run.file),
+                        sha256=hashlib.sha256(data).hexdigest(), bytes=len(data),
+                        status=log.status if log else None, seed=log.seed if log else None,
+                        global_batch_size=log.global_batch_size if log else None,
+                        problem=None if log else run.dropped)  # the reader's refusal, when it refused the log
 
 
 def _precision(logs: list[TrainingLog], fingerprint: SystemFingerprint) -> Precision:
@@ -230,13 +235,9 @@ def read_benchmark(where: BenchmarkFolder) -> Planned:
     """Everything one benchmark folder's import writes, read and checked (nothing written)."""
     fingerprint = read_system(where.system_file)
     files: dict[str, bytes] = {"system.json": where.system_file.read_bytes()}
-    logs, readable = [], []
-    for path in result_files(where.folder):
-        data = path.read_bytes()
-        files[f"logs/{path.name}"] = data
-        published, log = _log(where, path, data)
-        logs.append(published)
-        readable += [log] if log is not None else []
+    results = result_files(where.folder)
+    data = {path: path.read_bytes() for path in results}
+    files.update({f"logs/{path.name}": data[path] for path in results})
     scaling = where.folder / "scaling.json"
     if scaling.is_file():
         files["scaling.json"] = scaling.read_bytes()
@@ -246,14 +247,17 @@ def read_benchmark(where: BenchmarkFolder) -> Planned:
     # MLPerf's summarizer drops a run its compliance checker refuses; so does the score.
     refused = {f["file"]: f"MLPerf's compliance checker: {f['errors'][0] if f['errors'] else 'refused'}"
                for c in checked["checks"] if c["name"] == COMPLIANCE for f in c["files"] if not f["ok"]}
+    # Each log read once: its digest, its status, the score and the energy come from the same bytes.
+    timed = timed_runs(results, refused, data)
     score = score_benchmark(where.folder, where.benchmark, accelerators=fingerprint.accelerators or None,
-                            refused=refused)
+                            timed=timed)
     record = PublishedBenchmark(
         round=where.round, submitter=where.submitter_dir.name, system=where.system, benchmark=where.benchmark,
         division=fingerprint.division, availability=fingerprint.status, fingerprint=fingerprint,
-        precision=_precision(readable, fingerprint), logs=logs,
+        precision=_precision([log for _, log in timed if log is not None], fingerprint),
+        logs=[_log(where, data[path], run, log) for path, (run, log) in zip(results, timed, strict=True)],
         scaling_json_sha256=hashlib.sha256(files["scaling.json"]).hexdigest() if "scaling.json" in files else None,
-        score=score, energy=energy_benchmark(where.folder, where.benchmark, refused=refused),
+        score=score, energy=energy_benchmark(where.folder, where.benchmark, timed=timed),
         reverification=Reverification.model_validate(checked))
     files[PUBLISHED_FILE] = (record.model_dump_json(indent=1) + "\n").encode()
     return Planned(where, record, files)

@@ -23,13 +23,15 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Sequence
+from functools import partial
+from operator import mul
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert import formats
 from ampcert.errors import BadArgument
-from ampcert.plan import J_PER_KWH, Pricing, load_pricing
+from ampcert.plan import J_PER_KWH, Pricing, load_pricing, scaled
 from ampcert.published.importer import PublishedBenchmark
 
 
@@ -70,12 +72,6 @@ class PublishedPlan(_Model):
     rows: list[PublishedPlanRow]
 
 
-def _times(value: float | None, rng: list[float] | None, f: Any) -> tuple[float | None, list[float] | None]:
-    if value is None:
-        return None, None
-    return f(value), [f(rng[0]), f(rng[1])] if rng else None
-
-
 def training_plan(records: Sequence[PublishedBenchmark], training_runs: int, *,
                   price_per_gpu_hour: float | None = None, pricing: Pricing | str | None = None) -> PublishedPlan:
     """Wall time, accelerator-hours and cost of ``training_runs`` runs on each imported system."""
@@ -89,12 +85,12 @@ def training_plan(records: Sequence[PublishedBenchmark], training_runs: int, *,
     for rec in records:
         fp, score = rec.fingerprint, rec.score
         minutes, interval = score.score_minutes, score.interval_minutes
-        wall, wall_rng = _times(minutes, interval, lambda m: n * m / 60)
-        hours, hours_rng = (_times(wall, wall_rng, lambda h, a=fp.accelerators: h * a) if fp.accelerators
+        wall, wall_rng = scaled(minutes, interval, lambda m: n * m / 60)
+        hours, hours_rng = (scaled(wall, wall_rng, partial(mul, fp.accelerators)) if fp.accelerators
                             else (None, None))
         found = table.lookup(fp.accelerator_model, price_per_gpu_hour)
         price, source = found if found else (None, None)
-        cost, cost_rng = _times(hours, hours_rng, lambda h, p=price: h * p) if price is not None else (None, None)
+        cost, cost_rng = scaled(hours, hours_rng, partial(mul, price)) if price is not None else (None, None)
         reason = (f"no score: {score.no_score}" if minutes is None else
                   "no accelerators in the system description" if not fp.accelerators else
                   f"no price for {fp.accelerator_model!r} in {table.source}: pass --price-per-gpu-hour or --pricing"

@@ -16,7 +16,7 @@ MLPerf's score (``mlperf_logging.result_summarizer``, for a benchmark folder of
 so the figure is MLPerf's to the last digit (tests/published/test_scores.py runs
 both). A run is dropped when ampcert's strict reader (:mod:`ampcert.mllog_reader`)
 refuses its log, when it did not succeed, or when MLPerf's compliance checker
-refused it (``refused``: the importer runs the checker first), each with its reason.
+refused it (:func:`timed_runs`' ``refused``: the importer runs the checker first), each with its reason.
 
 What the score does not say, and this module adds: the spread of the counted runs
 (fastest, slowest, coefficient of variation); a bootstrap interval of the score
@@ -33,7 +33,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from statistics import median
 
@@ -41,7 +41,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert.errors import UserError
-from ampcert.mllog_reader import LogError, TrainingLog, read, summarize
+from ampcert.mllog_reader import LogError, TrainingLog, read, read_text, summarize
 
 LEVEL = 0.95
 RESAMPLES = 10_000
@@ -114,10 +114,14 @@ def result_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("result_*.txt"), key=key)
 
 
-def run_time(path: Path) -> tuple[RunTime, TrainingLog | None]:
-    """One log's time to train, or why it is dropped."""
+def run_time(path: Path, data: bytes | None = None) -> tuple[RunTime, TrainingLog | None]:
+    """One log's time to train, or why it is dropped; ``data``: the file's bytes, where the caller
+    has read them already (a digest and the time then come from the same bytes)."""
     try:
-        log = summarize(read(path, in_order=False), path.name)  # ranks interleave (mllog_reader.parse)
+        # Ranks interleave (mllog_reader.parse); bytes decode as mllog_reader.read decodes them.
+        events = (read(path, in_order=False) if data is None else
+                  read_text(data.decode("utf-8", errors="replace"), str(path), in_order=False))
+        log = summarize(events, path.name)
     except LogError as exc:
         return RunTime(file=path.name, minutes=None, dropped=exc.detail), None
     last = log.evals[-1].samples_count if log.evals else None
@@ -129,19 +133,30 @@ def run_time(path: Path) -> tuple[RunTime, TrainingLog | None]:
     return RunTime(file=path.name, minutes=minutes, last_eval_samples=last), log
 
 
+Timed = list[tuple[RunTime, TrainingLog | None]]
+
+
+def timed_runs(files: Sequence[Path], refused: Mapping[str, str] | None = None,
+               data: Mapping[Path, bytes] | None = None) -> Timed:
+    """Each result file's :func:`run_time` (from ``data`` where given), a run ``refused`` names
+    (MLPerf's compliance checker refused it: name -> why) dropped, as the summarizer drops it.
+    What :func:`score_benchmark` and the energy (:mod:`.energy`) both read, read once."""
+    timed = [run_time(path, (data or {}).get(path)) for path in files]
+    return [(run.model_copy(update={"minutes": None, "dropped": refused[run.file]}), log)
+            if refused and run.minutes is not None and run.file in refused else (run, log) for run, log in timed]
+
+
 def score_benchmark(folder: str | Path, benchmark: str | None = None, accelerators: int | None = None,
-                    seed: int = 0, refused: Mapping[str, str] | None = None) -> BenchmarkScore:
-    """Score the benchmark folder ``folder`` (its name is the benchmark unless given). ``refused``:
-    result files MLPerf's compliance checker refused (name -> why), dropped as the summarizer drops them."""
+                    seed: int = 0, timed: Timed | None = None) -> BenchmarkScore:
+    """Score the benchmark folder ``folder`` (its name is the benchmark unless given), from its
+    result files' ``timed`` runs (:func:`timed_runs`; read here unless given)."""
     folder = Path(folder)
     benchmark = benchmark or folder.name
     files = result_files(folder)
     if not files:
         raise UserError(f"{folder}: no result_*.txt logs: not an MLPerf benchmark folder")
     factor = scaling_factor(folder)
-    timed = [run_time(path) for path in files]
-    timed = [(run.model_copy(update={"minutes": None, "dropped": refused[run.file]}), log)
-             if refused and run.minutes is not None and run.file in refused else (run, log) for run, log in timed]
+    timed = timed_runs(files) if timed is None else timed
     runs = [run for run, _ in timed]
     counted = [run.minutes for run in runs if run.minutes is not None]
     dropped = len(runs) - len(counted)
