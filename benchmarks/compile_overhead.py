@@ -4,8 +4,10 @@ What is measured (one process, one interleaved run, bf16):
 
 For (a) the digits CNN (``DigitsCNN(16, 64)``, batch 64 of the real digits
 data) and (b) a pre-LN transformer block (the one of ``amp_overhead.py``), a
-training step is ``zero_grad``; inside the autocast region (entered around
-the call, the way a compiled region is used) the forward and the loss;
+training step is ``zero_grad``; inside the autocast region the forward and
+the loss (``--placement around``: the region made once and entered around
+the call; ``--placement inside``: made and entered inside the compiled
+function each step, as ``torch.autocast`` is usually written);
 ``backward``; SGD-momentum ``step``. Four variants see the same batches from
 deepcopies of one seeded model: eager and ``torch.compile``d forward+loss
 (AOTAutograd compiles its backward too), each under ``torch.autocast`` and
@@ -22,12 +24,14 @@ every round, each timing K steps; median ms/step, ratio of medians with a
 95% bootstrap interval over paired rounds. The script always exits 0.
 
 Run: ``python benchmarks/compile_overhead.py`` (``--quick`` for a short run,
-``--backend aot_eager`` where no C compiler is available for Inductor).
+``--backend aot_eager`` where no C compiler is available for Inductor,
+``--placement inside`` for the region inside the compiled function).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import itertools
 import json
@@ -57,15 +61,24 @@ DTYPE = torch.bfloat16
 COMPILED_GOAL = 1.00
 
 
-def make_step(model: torch.nn.Module, batches: list, loss_fn: Callable, region: Any,
-              compile_backend: str | None) -> tuple[Callable[[], None], dict[str, Any]]:
-    """A training step over ``batches``; ``region`` is entered around the (compiled) forward+loss."""
+def make_step(model: torch.nn.Module, batches: list, loss_fn: Callable, make_region: Callable[[], Any],
+              compile_backend: str | None, placement: str) -> tuple[Callable[[], None], dict[str, Any]]:
+    """A training step over ``batches``; the region made by ``make_region`` is entered around
+    the (compiled) forward+loss, or made and entered inside it (``placement``)."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     it = itertools.cycle(batches)
 
-    def forward_loss(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+    def forward_loss_only(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         return loss_fn(model(xb), yb)
 
+    def forward_loss_in_a_region(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        with make_region():
+            return loss_fn(model(xb), yb)
+
+    if placement == "inside":
+        forward_loss, region = forward_loss_in_a_region, contextlib.nullcontext()
+    else:
+        forward_loss, region = forward_loss_only, make_region()
     info: dict[str, Any] = {}
     fwd = forward_loss
     if compile_backend is not None:
@@ -96,14 +109,14 @@ def make_step(model: torch.nn.Module, batches: list, loss_fn: Callable, region: 
 
 
 def run_model(title: str, model: torch.nn.Module, batches: list, loss_fn: Callable, backend: str,
-              rounds: int, steps: int, budget: float) -> tuple[dict[str, Any], dict[str, Any]]:
-    regions = {"native": torch.autocast("cpu", dtype=DTYPE), "ampcert": amp_autocast("cpu", DTYPE)}
+              rounds: int, steps: int, budget: float, placement: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    regions = {"native": lambda: torch.autocast("cpu", dtype=DTYPE), "ampcert": lambda: amp_autocast("cpu", DTYPE)}
     variants: dict[str, Callable[[], None]] = {}
     compiled: dict[str, Any] = {}
     for engine, region in regions.items():
         for mode in ("eager", "compiled"):
             step, info = make_step(copy.deepcopy(model), batches, loss_fn, region,
-                                   backend if mode == "compiled" else None)
+                                   backend if mode == "compiled" else None, placement)
             variants[f"{engine} {mode}"] = step
             if info:
                 compiled[engine] = info
@@ -125,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer rounds")
     p.add_argument("--backend", default="inductor", help="torch.compile backend (default inductor)")
     p.add_argument("--rounds", type=int, help="interleaved rounds per model (default 15, quick 6)")
+    p.add_argument("--placement", choices=("around", "inside"), default="around",
+                   help="the region around the compiled call, or inside the compiled function")
     p.add_argument("--json", type=Path, help="write all figures to this JSON file")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
@@ -135,16 +150,16 @@ def main(argv: list[str] | None = None) -> int:
           f"torch threads: {torch.get_num_threads()} | load average: {load_average()}")
     torch.manual_seed(0)
     x, y = load_digits_tensors()
-    results: dict[str, Any] = {"backend": args.backend}
+    results: dict[str, Any] = {"backend": args.backend, "placement": args.placement}
     cnn_batches = digits_batches(x.float(), y, 64, 16)
     comps, compiled = run_model("digits CNN (batch 64)", DigitsCNN(16, 64), cnn_batches, F.cross_entropy,
-                                args.backend, rounds, 8, budget)
+                                args.backend, rounds, 8, budget, args.placement)
     results["cnn"] = {"comparisons": comps, "compiled": compiled}
     d, heads, seq, batch = 64, 4, 64, 8
     block = PreLNBlock(d, heads)
     tf_batches = [(torch.randn(batch, seq, d), torch.randn(batch, seq, d)) for _ in range(8)]
     comps_tf, compiled_tf = run_model(f"pre-LN block d={d} heads={heads} seq={seq} batch={batch}", block,
-                                      tf_batches, F.mse_loss, args.backend, rounds, 4, budget)
+                                      tf_batches, F.mse_loss, args.backend, rounds, 4, budget, args.placement)
     results["block"] = {"comparisons": comps_tf, "compiled": compiled_tf}
     for key in ("cnn", "block"):
         for engine, info in results[key]["compiled"].items():

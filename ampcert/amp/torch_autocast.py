@@ -155,12 +155,17 @@ _RESOLVERS: dict[str, Callable[[tuple, dict], str | None]] = {
 _REGIONS: dict[tuple, Region] = {}
 
 
-def _region(device_type: str, dtype: torch.dtype, policy: OpPolicy, enabled: bool, cache_enabled: bool) -> Region:
+@torch.compiler.assume_constant_result
+def _region_key(device_type: str, dtype: torch.dtype, policy: OpPolicy, enabled: bool,
+                cache_enabled: bool) -> tuple:
+    """The key of this setting's region in _REGIONS, the region made on first use. Under
+    torch.compile it runs once, while the tracer reads the code: a region made in the
+    trace instead would be made again by the compiled call, and the second step's call,
+    finding _REGIONS changed, would compile a second graph."""
     key = (device_type, dtype, id(policy), enabled, cache_enabled)
-    region = _REGIONS.get(key)
-    if region is None:
-        region = _REGIONS[key] = Region(device_type, dtype, policy, enabled, cache_enabled)
-    return region
+    if key not in _REGIONS:
+        _REGIONS[key] = Region(device_type, dtype, policy, enabled, cache_enabled)
+    return key
 
 
 class _State(threading.local):
@@ -405,6 +410,31 @@ _MODE = _AmpcertMode()
 #: The clone caches and torch.compile's ahead-of-tracer snapshot (torch_autocast_tracing).
 _TRACING = Tracing(_MODE)
 
+#: The policies autocast objects were made with, one object per content (effective_sha256).
+_POLICIES: dict[str, OpPolicy] = {}
+
+
+# The two functions below run once under torch.compile, while the tracer reads the code
+# (torch.compiler.assume_constant_result: called for real, their result a constant of the
+# graph), so an autocast made and entered inside a compiled function traces with no graph
+# break: the tracer cannot read a file (the policy) or build modules (the traced clones).
+
+
+@torch.compiler.assume_constant_result
+def _read_policy(device_type: str, ref: str | Path | None) -> str:
+    """The content digest of the policy ``ref`` names (None: the shipped one for the device),
+    its object kept in _POLICIES: one object per content, whichever autocast read it, so a
+    trace's guards on it hold from step to step and the region made for it is reused."""
+    policy = shipped_policy(device_type) if ref is None else load_policy(ref)
+    return _POLICIES.setdefault(policy.effective_sha256, policy).effective_sha256
+
+
+@torch.compiler.assume_constant_result
+def _prepare(policy: OpPolicy) -> bool:
+    """The per-callable decisions (torch_autocast_tracing), made once per process."""
+    _TRACING.prepare(policy)
+    return True
+
 
 # ---------------------------------------------------------------------------
 # public context manager
@@ -440,10 +470,8 @@ class autocast:
             dtype = _DEFAULT_DTYPE[dev]
         if dtype not in _LOW_DTYPES:
             raise ValueError(f"dtype: expected torch.float16 or torch.bfloat16, got {dtype!r}")
-        if policy is None:
-            policy = shipped_policy(dev)
-        elif not isinstance(policy, OpPolicy):
-            policy = load_policy(policy)
+        if not isinstance(policy, OpPolicy):
+            policy = _POLICIES[_read_policy(dev, policy)]
         self.device_type = dev
         self.fast_dtype = dtype
         self.policy = policy
@@ -456,10 +484,10 @@ class autocast:
 
     def __enter__(self) -> autocast:
         st = _STATE
-        region = _region(self.device_type, self.fast_dtype, self.policy, self.enabled, self.cache_enabled)
+        region = _REGIONS[_region_key(self.device_type, self.fast_dtype, self.policy, self.enabled, self.cache_enabled)]
         outermost = not st.stack
-        if outermost and _TRACING.names is None:
-            _TRACING.prepare(self.policy)
+        if outermost:
+            _prepare(self.policy)
         st.stack.append(region)
         st.refresh()
         if outermost:

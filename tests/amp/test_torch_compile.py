@@ -10,11 +10,14 @@ Inductor's code generation, and the eager backend keeps these tests fast.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
+from ampcert.amp import policy as policy_module
 from ampcert.amp import torch_autocast, torch_scaler_step
 from ampcert.amp.torch_autocast import autocast
 from ampcert.amp.torch_scaler import DynamicLossScaler
@@ -34,11 +37,24 @@ def _task(name: str):
     return task, task.train_x[:n], task.train_y[:n]
 
 
-def _compiled_steps(task, x, y, steps: int = 3, dtype=torch.bfloat16):
+def _cold(monkeypatch) -> None:
+    """The engine as a fresh process has it: no policy read, no region made, no per-callable
+    decision made (what the first region entry, or the first trace, does once)."""
+    monkeypatch.setattr(policy_module, "_CACHE", {})
+    monkeypatch.setattr(torch_autocast, "_POLICIES", {})
+    monkeypatch.setattr(torch_autocast, "_REGIONS", {})
+    for name in ("clones", "traced_clones"):
+        monkeypatch.setattr(torch_autocast._TRACING, name, {})
+    monkeypatch.setattr(torch_autocast._TRACING, "names", None)
+
+
+def _compiled_steps(task, x, y, steps: int = 3, dtype=torch.bfloat16, placement: str = "around"):
     """``steps`` compiled forward+loss calls, each in its own autocast region (as a
-    training loop enters one per step), and the backward of each. Compiled through
-    AOTAutograd, whose forward graphs are kept (``.graphs``): what runs is the
-    compiled graph alone, with no torch function mode left to decide anything."""
+    training loop enters one per step), and the backward of each. The region is made and
+    entered around the compiled call (``around``) or inside the compiled function, as
+    torch.autocast is usually written (``inside``). Compiled through AOTAutograd, whose
+    forward graphs are kept (``.graphs``): what runs is the compiled graph alone, with no
+    torch function mode left to decide anything."""
     from torch._dynamo.backends.common import aot_autograd
 
     torch._dynamo.reset()
@@ -53,10 +69,16 @@ def _compiled_steps(task, x, y, steps: int = 3, dtype=torch.bfloat16):
         out = task.model(x)
         return task.loss_fn(out, y), out
 
-    compiled = torch.compile(forward_loss, backend=aot_autograd(fw_compiler=keep, bw_compiler=lambda gm, _: gm.forward))
+    def forward_loss_in_a_region(x, y):
+        with autocast("cpu", dtype=dtype):
+            return forward_loss(x, y)
+
+    inside = placement == "inside"
+    compiled = torch.compile(forward_loss_in_a_region if inside else forward_loss,
+                             backend=aot_autograd(fw_compiler=keep, bw_compiler=lambda gm, _: gm.forward))
     results = []
     for _ in range(steps):
-        with autocast("cpu", dtype=dtype):
+        with contextlib.nullcontext() if inside else autocast("cpu", dtype=dtype):
             loss, out = compiled(x, y)
         loss.backward()
         results.append((loss.detach(), out.detach()))
@@ -95,10 +117,15 @@ def _graph_ops(gm) -> list[tuple[str, tuple]]:
             if n.op == "call_function" and hasattr(n.target, "overloadpacket")]
 
 
+@pytest.mark.parametrize("placement", ["around", "inside"])
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
-def test_one_graph_no_break_no_recompile_and_the_eager_dtypes(name):
+def test_one_graph_no_break_no_recompile_and_the_eager_dtypes(name, placement, monkeypatch):
+    """Either placement, from an engine as cold as a fresh process's: the policy read, the
+    region made and the per-callable decisions happen while the tracer reads the code, once,
+    and leave nothing that differs at the next step."""
     task, x, y = _task(name)
-    compiled, graphs = _compiled_steps(task, x, y)
+    _cold(monkeypatch)
+    compiled, graphs = _compiled_steps(task, x, y, placement=placement)
     breaks = dict(counters["graph_break"])
     assert breaks == {}, list(breaks)[:3]
     # 3 steps, 3 regions: one graph, compiled once
@@ -238,3 +265,29 @@ def test_compiled_ampcert_trains_like_compiled_native():
         curves[engine] = torch.tensor(losses)
     assert curves["native"][-1] < curves["native"][0]  # it trains
     torch.testing.assert_close(curves["ampcert"], curves["native"], rtol=0, atol=0.02)
+
+
+def test_a_policy_is_read_once_and_kept_by_its_content(tmp_path):
+    """An autocast made each step, or a policy file read again, finds the policy object read
+    before and reuses its region: what keeps a trace's guards holding (a fresh object each
+    step would recompile each step), and what keeps the regions from growing step by step.
+    A file whose content changed is a policy of its own."""
+    from ampcert.amp.policy import shipped_policy
+
+    assert autocast("cpu").policy is autocast("cpu").policy is torch_autocast._POLICIES[
+        shipped_policy("cpu").effective_sha256]
+    path = tmp_path / "fp32-softmax.yaml"
+    path.write_text("name: fp32-softmax\nextends: torch-cpu\noverrides:\n  softmax: fp32\n")
+    first = autocast("cpu", policy=path)
+    with first:
+        pass
+    regions = len(torch_autocast._REGIONS)
+    for _ in range(3):
+        again = autocast("cpu", policy=str(path))
+        with again:
+            pass
+        assert again.policy is first.policy
+    assert len(torch_autocast._REGIONS) == regions
+    path.write_text("name: fp32-softmax\nextends: torch-cpu\noverrides:\n  softmax: fp32\n  log_softmax: fp32\n")
+    changed = autocast("cpu", policy=path).policy
+    assert changed is not first.policy and changed.effective_sha256 != first.policy.effective_sha256
