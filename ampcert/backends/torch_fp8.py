@@ -165,7 +165,27 @@ def _convert_torchao(model: torch.nn.Module, recipe: Recipe, plans: list[LayerPl
     config = Float8LinearConfig.from_recipe_name(Float8LinearRecipeName(recipe.name))
     config = Float8LinearConfig(**{**config.__dict__, "emulate": not real})
     convert_to_float8_training(model, config=config, module_filter_fn=lambda _mod, fqn: fqn in names)
+    if not real:
+        for name in names:
+            _emulate_as_scaled_mm(model.get_submodule(name), device)
     return f"torchao Float8Linear ({recipe.name})" + ("" if real else ", emulated")
+
+
+def _emulate_as_scaled_mm(layer: torch.nn.Module, device: str) -> None:
+    """Run torchao's emulated Float8Linear as torch._scaled_mm computes: its input in the
+    compute dtype (bf16, as ampcert's Fp8Linear takes it) and autocast off inside. Under the
+    run's bf16 autocast, torchao's emulated matmul of the dequantized operands was itself
+    lowered to bf16, where _scaled_mm (and ampcert's emulation) accumulate in fp32: on a CPU
+    the two engines' fp8 runs emulated different arithmetic (gpt tiny's layers differed by up
+    to 0.032 on the first step). So done, the first step's layer outputs and gradients are
+    ampcert's bit for bit (tensorwise and rowwise; tests/backends/test_fp8_engines.py)."""
+    forward = layer.forward
+
+    def forward_as_scaled_mm(input: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device, enabled=False):
+            return forward(input.to(torch.bfloat16))
+
+    layer.forward = forward_as_scaled_mm  # type: ignore[method-assign]
 
 
 @dataclass
