@@ -278,7 +278,8 @@ class Fp8Linear(torch.nn.Linear):
     """A ``torch.nn.Linear`` whose matmuls run in FP8 per ``recipe``; the bias is
     added in the output's dtype. ``compute_dtype`` (bf16 in ampcert's fp8
     runs) is what the input is cast to first, as torchao's Float8Linear does
-    under autocast, so the output and its gradient are in that dtype."""
+    under autocast, so the output and its gradient are in that dtype; MX
+    scales its blocks from the weight in that dtype too."""
 
     recipe: Recipe
     real: bool
@@ -301,9 +302,15 @@ class Fp8Linear(torch.nn.Linear):
             # grad_weight's MX blocks run along the tokens: a batch that does not fill them cannot train.
             raise LayerPolicyError(f"layer {self.layer_name or 'Linear'!r}: mxfp8 needs the tokens of a batch "
                                    f"({tokens}) to divide by {MX_BLOCK}")
+        weight = self.weight
         if self.compute_dtype is not None:
             input = input.to(self.compute_dtype)
-        output = _Fp8Matmul.apply(input, self.weight.t(), self.recipe, self.real)
+            if self.recipe.input.granularity == "block":
+                # MX blocks are scaled from the weight in the compute dtype, as torchtitan's
+                # MXFP8 layers get it from FSDP's mixed precision (and the harness's torchao
+                # layer takes it): an fp32 master weight rounds to bf16 first.
+                weight = weight.to(self.compute_dtype)
+        output = _Fp8Matmul.apply(input, weight.t(), self.recipe, self.real)
         if self.bias is not None:
             output = output + self.bias.to(output.dtype)
         return output

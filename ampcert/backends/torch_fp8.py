@@ -158,6 +158,8 @@ def _convert_torchao(model: torch.nn.Module, recipe: Recipe, plans: list[LayerPl
                                   scale_calculation_mode=ScaleCalculationMode.RCEIL)
             new.weight, new.bias = old.weight, old.bias
             setattr(parent, child, new)
+            if not real:
+                _emulate_as_scaled_mm(new, device)
         return "torchao MXFP8Linear (RCEIL)" + ("" if real else ", emulated")
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     from torchao.float8.config import Float8LinearRecipeName
@@ -172,13 +174,14 @@ def _convert_torchao(model: torch.nn.Module, recipe: Recipe, plans: list[LayerPl
 
 
 def _emulate_as_scaled_mm(layer: torch.nn.Module, device: str) -> None:
-    """Run torchao's emulated Float8Linear as torch._scaled_mm computes: its input in the
-    compute dtype (bf16, as ampcert's Fp8Linear takes it) and autocast off inside. Under the
-    run's bf16 autocast, torchao's emulated matmul of the dequantized operands was itself
-    lowered to bf16, where _scaled_mm (and ampcert's emulation) accumulate in fp32: on a CPU
-    the two engines' fp8 runs emulated different arithmetic (gpt tiny's layers differed by up
-    to 0.032 on the first step). So done, the first step's layer outputs and gradients are
-    ampcert's bit for bit (tensorwise and rowwise; tests/backends/test_fp8_engines.py)."""
+    """Run torchao's emulated FP8 layer (Float8Linear, MXFP8Linear) as torch._scaled_mm
+    computes: its input in the compute dtype (bf16, as ampcert's Fp8Linear takes it) and
+    autocast off inside. Under the run's bf16 autocast, torchao's emulated matmul of the
+    dequantized operands was itself lowered to bf16, where _scaled_mm (and ampcert's
+    emulation) accumulate in fp32: on a CPU the two engines' fp8 runs emulated different
+    arithmetic (gpt tiny's layers differed by up to 0.032 on the first step). So done, the
+    first step's layer outputs and gradients are ampcert's bit for bit (tensorwise, rowwise
+    and mxfp8; tests/backends/test_fp8_engines.py)."""
     forward = layer.forward
 
     def forward_as_scaled_mm(input: torch.Tensor) -> torch.Tensor:

@@ -83,6 +83,21 @@ def test_bf16_compute_with_fp32_master_weights_matches_torchao(recipe):
     assert all(torch.equal(a.to(b.dtype), b) for a, b in zip(ours, theirs, strict=True))
 
 
+def test_mxfp8_under_bf16_compute_scales_the_weight_in_bf16():
+    """An mxfp8 run's layer: fp32 master weight, input cast to bf16, and the MX blocks scaled
+    from the weight in bf16, as torchao's MXFP8Linear scales the bf16 weights torchtitan's
+    FSDP mixed precision gives it (scaled from the fp32 weight instead, gpt tiny's layers
+    differed from torchao's by up to 0.043)."""
+    torch.manual_seed(1)
+    linear = torch.nn.Linear(64, 32)
+    x = torch.randn(64, 64)
+    theirs = _step(_torchao_layer(copy.deepcopy(linear).to(torch.bfloat16), "mxfp8"), x.to(torch.bfloat16))
+    ours = _step(Fp8Linear.from_linear(copy.deepcopy(linear), RECIPES["mxfp8"], compute_dtype=torch.bfloat16), x)
+    assert ours[0].dtype == torch.bfloat16
+    for name, a, b in zip(("output", "grad_input", "grad_weight", "grad_bias"), ours, theirs, strict=True):
+        assert torch.equal(a.to(b.dtype), b), f"{name}: max |diff| {(a.float() - b.float()).abs().max()}"
+
+
 def test_a_different_rounding_is_caught():
     """The comparison can fail: truncating instead of rounding to nearest even differs."""
     torch.manual_seed(2)
