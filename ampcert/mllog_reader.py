@@ -258,6 +258,11 @@ def read(path: str | Path, *, in_order: bool = True) -> list[LogEvent]:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise LogError(f"cannot read {source}", None, exc.strerror or str(exc)) from None
+    return read_bytes(data, source, in_order=in_order)
+
+
+def read_bytes(data: bytes, source: str, *, in_order: bool = True) -> list[LogEvent]:
+    """:func:`read_text` over a file's bytes already read, decoded as :func:`read` decodes them."""
     return read_text(data.decode("utf-8", errors="replace"), source, in_order=in_order)
 
 

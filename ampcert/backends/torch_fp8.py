@@ -22,6 +22,7 @@ import torch
 
 from ampcert.amp.fp8_recipes import Recipe, recipe_for
 from ampcert.amp.fp8_screen import EligibilityRecorder
+from ampcert.amp.precision import FP8_BASE, dtype_name
 from ampcert.amp.torch_fp8 import (
     LayerPlan,
     LayerPolicy,
@@ -32,6 +33,9 @@ from ampcert.amp.torch_fp8 import (
 )
 from ampcert.errors import UserError
 from ampcert.spec import Fp8, RunSpec
+
+#: What an fp8 run computes in around (and feeds to) its FP8 layers: bf16 (amp.precision.FP8_BASE).
+COMPUTE_DTYPE: torch.dtype = getattr(torch, dtype_name(FP8_BASE))
 
 
 def policy_of(cfg: Fp8) -> LayerPolicy:
@@ -90,7 +94,7 @@ def prepare(model: torch.nn.Module, spec: RunSpec) -> Fp8Model:
         implementation = _convert_torchao(model, recipe, plans, spec.device)
         real = spec.device == "cuda" and _torchao_real(spec.precision)
     else:
-        plans = convert(model, recipe, policy_of(cfg), real=real, compute_dtype=torch.bfloat16)
+        plans = convert(model, recipe, policy_of(cfg), real=real, compute_dtype=COMPUTE_DTYPE)
         implementation = f"ampcert Fp8Linear ({recipe.name})"
     note = why if spec.amp == "ampcert" else f"torchao {_torchao_version()}"
     return Fp8Model(recipe, plans, implementation, real, note, EligibilityRecorder(model, recipe, plans),
@@ -175,7 +179,7 @@ def _convert_torchao(model: torch.nn.Module, recipe: Recipe, plans: list[LayerPl
 
 def _emulate_as_scaled_mm(layer: torch.nn.Module, device: str) -> None:
     """Run torchao's emulated FP8 layer (Float8Linear, MXFP8Linear) as torch._scaled_mm
-    computes: its input in the compute dtype (bf16, as ampcert's Fp8Linear takes it) and
+    computes: its input in COMPUTE_DTYPE (as ampcert's Fp8Linear takes it) and
     autocast off inside. Under the run's bf16 autocast, torchao's emulated matmul of the
     dequantized operands was itself lowered to bf16, where _scaled_mm (and ampcert's
     emulation) accumulate in fp32: on a CPU the two engines' fp8 runs emulated different
@@ -186,7 +190,7 @@ def _emulate_as_scaled_mm(layer: torch.nn.Module, device: str) -> None:
 
     def forward_as_scaled_mm(input: torch.Tensor) -> torch.Tensor:
         with torch.autocast(device, enabled=False):
-            return forward(input.to(torch.bfloat16))
+            return forward(input.to(COMPUTE_DTYPE))
 
     layer.forward = forward_as_scaled_mm  # type: ignore[method-assign]
 
@@ -229,7 +233,7 @@ def screen(workload_name: str, params: dict[str, Any], precision: str, cfg: Fp8,
     recipe = recipe_for(precision, cfg.recipe)
     real = has_fp8_tensor_cores(precision)[0] if device == "cuda" else False
     try:
-        plans = convert(model, recipe, policy_of(cfg), real=real, compute_dtype=torch.bfloat16)
+        plans = convert(model, recipe, policy_of(cfg), real=real, compute_dtype=COMPUTE_DTYPE)
     except LayerPolicyError as exc:
         raise UserError(f"workload {workload_name!r}: {exc}") from None
     recorder = EligibilityRecorder(model, recipe, plans)
@@ -244,7 +248,7 @@ def screen(workload_name: str, params: dict[str, Any], precision: str, cfg: Fp8,
             x, y = task.augment(x, y, step)
         recorder.record(step)
         optimizer.zero_grad(set_to_none=True)
-        with autocast(device, dtype=torch.bfloat16, policy=policy):
+        with autocast(device, dtype=COMPUTE_DTYPE, policy=policy):
             loss = task.loss_fn(model(x), y)
         loss.backward()
         optimizer.step()

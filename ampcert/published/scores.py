@@ -41,7 +41,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert.errors import UserError
-from ampcert.mllog_reader import LogError, TrainingLog, read, read_text, summarize
+from ampcert.mllog_reader import LogError, TrainingLog, read, read_bytes, summarize
 
 LEVEL = 0.95
 RESAMPLES = 10_000
@@ -118,9 +118,8 @@ def run_time(path: Path, data: bytes | None = None) -> tuple[RunTime, TrainingLo
     """One log's time to train, or why it is dropped; ``data``: the file's bytes, where the caller
     has read them already (a digest and the time then come from the same bytes)."""
     try:
-        # Ranks interleave (mllog_reader.parse); bytes decode as mllog_reader.read decodes them.
-        events = (read(path, in_order=False) if data is None else
-                  read_text(data.decode("utf-8", errors="replace"), str(path), in_order=False))
+        # Ranks interleave (mllog_reader.parse).
+        events = read(path, in_order=False) if data is None else read_bytes(data, str(path), in_order=False)
         log = summarize(events, path.name)
     except LogError as exc:
         return RunTime(file=path.name, minutes=None, dropped=exc.detail), None
