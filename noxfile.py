@@ -2,7 +2,7 @@
 
 - `tests`, `lint` (the defaults): the CPU test suite on torch 2.13 and ruff.
 - `jax_current`, `jax_oldest`: ampcert.amp.jax on JAX 0.12 (Python 3.12) and 0.10 (Python 3.11),
-  each in a venv without torch (`.ci/run` runs both).
+  each in a venv without torch; on the newest, the harness without torch too (`.ci/run` runs both).
 - `torch_current`: the torch AMP tests, the audit and a tiny suite on torch 2.14.1 (~5.5 GB venv).
 - `slow`: the long forms of tests that CI shortens (suites/fp8.yaml trained as shipped);
 - `gpu`: the gpu-marked tests on a CUDA machine; `browser`: report.html in headless Chromium;
@@ -17,6 +17,10 @@ nox.options.sessions = ["tests", "lint"]
 # torch==2.13.0 is pinned for CPU sessions because that build is on the CI
 # machines' disk; a bare `torch` could pull a multi-GB CUDA build.
 CPU_TORCH = "torch==2.13.0"
+# The sessions .ci/run starts beside the tests install without compiling every module of every
+# dependency to bytecode (pandas, scipy, matplotlib, jaxlib...): a session imports a fraction of
+# them, and the compiling took CPU the parallel tests were waiting for.
+CI_PIP = ("--no-compile",)
 
 
 @nox.session
@@ -37,7 +41,7 @@ def typecheck(session: nox.Session) -> None:
 
     Core dependencies only: torch and JAX are absent, so their types read as Any
     (ignore_missing_imports); what is checked is ampcert's own contracts, in seconds."""
-    session.install("-e", ".", "mypy>=1.10", "types-PyYAML")
+    session.install(*CI_PIP, "-e", ".", "mypy>=1.10", "types-PyYAML")
     session.run("mypy", *session.posargs)
 
 
@@ -266,16 +270,18 @@ def _python(version: str) -> str:
 JAX_HARNESS_TESTS = ("tests/session/test_jax_without_torch.py",)
 
 
-def _jax_amp(session: nox.Session, jax: str) -> None:
+def _jax_amp(session: nox.Session, jax: str, harness: bool) -> None:
     # First ampcert.amp.jax alone: jax, numpy and PyYAML, nothing of the harness's deps.
-    session.install(jax, *JAX_AMP_DEPS)
-    session.install("--no-deps", "-e", ".")
+    session.install(*CI_PIP, jax, *JAX_AMP_DEPS)
+    session.install(*CI_PIP, "--no-deps", "-e", ".")
     session.run("python", "-c", "import importlib.util, jax; print('jax', jax.__version__); "
                 "assert importlib.util.find_spec('torch') is None, 'torch is installed'")
     session.run("python", "-c", "import ampcert.amp.jax, sys; assert 'torch' not in sys.modules")
     session.run("pytest", "-q", *JAX_AMP_TESTS, *session.posargs)
+    if not harness:
+        return
     # Then the whole package as a JAX-only team installs it (`ampcert[jax]`: no torch).
-    session.install("-e", ".[jax]", jax)
+    session.install(*CI_PIP, "-e", ".[jax]", jax)
     session.run("python", "-c", "import importlib.util; "
                 "assert importlib.util.find_spec('torch') is None, 'ampcert[jax] pulled torch'")
     session.run("pytest", "-q", *JAX_HARNESS_TESTS, *session.posargs)
@@ -283,11 +289,18 @@ def _jax_amp(session: nox.Session, jax: str) -> None:
 
 @nox.session(python=_python("3.12"))
 def jax_current(session: nox.Session) -> None:
-    """The JAX AMP tests on the newest JAX (0.12) and Python 3.12, without torch."""
-    _jax_amp(session, "jax==0.12.*")
+    """The JAX AMP tests on the newest JAX (0.12) and Python 3.12, without torch; then the
+    harness installed as `ampcert[jax]` (no torch): a JAX suite trained, reported and certified."""
+    _jax_amp(session, "jax==0.12.*", harness=True)
 
 
 @nox.session(python=_python("3.11"))
 def jax_oldest(session: nox.Session) -> None:
-    """The JAX AMP tests on the oldest JAX supported (0.10) and Python 3.11, without torch."""
-    _jax_amp(session, "jax==0.10.*")
+    """The JAX AMP tests on the oldest JAX supported (0.10) and Python 3.11, without torch.
+
+    The harness on JAX 0.10 is the README's test command's: its venv (Python 3.11) resolves
+    `jax>=0.10` to 0.10 (0.10.2 at this writing), and tests/backends/test_jax_backend.py trains, audits and certifies
+    there (with torch installed, and blocked where it is under test:
+    tests/session/test_jax_without_torch.py). A third run of that suite here cost CI about
+    a minute of CPU, for no JAX-version coverage the other two lack."""
+    _jax_amp(session, "jax==0.10.*", harness=False)

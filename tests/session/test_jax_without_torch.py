@@ -8,9 +8,9 @@ raises ModuleNotFoundError, as it would where it is not installed, and each
 attempt is logged with the ampcert lines that made it. So this runs in the
 normal dev venv (torch installed) and in a venv without torch alike (where
 the blocker has nothing to hide, and still logs the attempts). The full
-JAX suite (minutes of JIT compiling on 2 cores) runs only where torch is
-really absent: in `nox -s jax_current` and `nox -s jax_oldest`, both of which
-.ci/run calls. In the torch venv it would repeat that work a third time.
+JAX suite (JIT compiling: half a minute on 2 cores) runs only where torch is
+really absent: in `nox -s jax_current` (JAX 0.12), which .ci/run calls. In the
+torch venv it would repeat tests/backends/test_jax_backend.py's work on JAX 0.10.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def _suite(tmp_path: Path, body: str) -> Path:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None,
-                    reason="runs where torch is absent: nox -s jax_current / jax_oldest (called by .ci/run)")
+                    reason="runs where torch is absent: nox -s jax_current (called by .ci/run)")
 def test_a_jax_suite_plans_trains_reports_and_certifies_without_torch(tmp_path):
     suite = _suite(tmp_path, """
         name: jax-no-torch
