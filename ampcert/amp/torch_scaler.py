@@ -96,7 +96,7 @@ from typing import Any, cast
 import torch
 
 from .torch_scaler_ranks import ranks_to_sync, reduce_found_inf
-from .torch_scaler_step import masked_step, syncing_step
+from .torch_scaler_step import optimizer_step, snapshot_for_undo, syncing_step, undo_if_overflowed
 from .torch_scaler_trajectory import Trajectory
 
 try:  # Share GradScaler's enum so code inspecting per-optimizer stages keeps working.
@@ -421,7 +421,7 @@ class DynamicLossScaler(torch.amp.GradScaler):
           the parameters and optimizer-state tensors is undone on the device.
         """
         if not self._enabled:
-            return optimizer.step(*args, **kwargs)
+            return optimizer_step(optimizer, *args, **kwargs)
 
         if "closure" in kwargs:
             raise RuntimeError(
@@ -465,7 +465,7 @@ class DynamicLossScaler(torch.amp.GradScaler):
                     else scaler * getattr(optimizer, "grad_scale", 1)
                 )
                 amp_optimizer.found_inf = found_inf
-            retval = optimizer.step(*args, **kwargs_)
+            retval = optimizer_step(optimizer, *args, **kwargs_)
             optimizer_state["stage"] = OptState.STEPPED
             if not has_grad_scaler_kwarg:
                 del amp_optimizer.grad_scale
@@ -487,8 +487,13 @@ class DynamicLossScaler(torch.amp.GradScaler):
         libraries call it directly): the masked step when sync-free, else GradScaler's."""
         found_inf_per_device = optimizer_state["found_inf_per_device"]
         if self._sync_free:
+            # torch_scaler_step.masked_step, its parts called from this frame: under
+            # torch.compile each frame down to the eager optimizer step is a graph break.
             scale = cast(torch.Tensor, self._scale)
-            return masked_step(optimizer, found_inf_per_device, scale.device, self._snapshots, *args, **kwargs)
+            undo = snapshot_for_undo(optimizer, found_inf_per_device, scale.device, self._snapshots)
+            if undo is not None:
+                return undo_if_overflowed(optimizer, undo, optimizer_step(optimizer, *args, **kwargs),
+                                          self._snapshots)
         return syncing_step(optimizer, found_inf_per_device, *args, **kwargs)
 
     # ------------------------------------------------------------------ update

@@ -41,11 +41,28 @@ Imports torch and the standard library only.
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-__all__ = ["combined_found_inf", "masked_step", "snapshot_buffers", "syncing_step"]
+__all__ = ["EAGER_STEP", "SYNCING_STEP", "Undo", "combined_found_inf", "masked_step", "optimizer_step", "snapshot_buffers", "snapshot_for_undo",
+           "syncing_step", "undo_if_overflowed"]
+
+
+def _optimizer_step(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+    return optimizer.step(*args, **kwargs)
+
+
+# Under torch.compile the optimizer's own step runs eagerly, as under GradScaler, whose
+# step Dynamo skips whole (torch.amp is not traced). Traced, torch.optim's step breaks
+# the graph twice on purpose (Optimizer._use_grad calls torch._dynamo.graph_break()
+# before and after, so that AOTAutograd sees a no-grad graph): a compiled training step
+# with the scaler fell into several graphs and five more breaks than GradScaler's. The
+# scaler's own work around the call (the inf check, the snapshot, the undo) stays traced,
+# so a host sync put back there still shows as a graph break. Eagerly, the wrapper costs
+# a few microseconds a step.
+EAGER_STEP = "the optimizer's step runs eagerly under DynamicLossScaler, as under GradScaler"
+optimizer_step = torch.compiler.disable(_optimizer_step, reason=EAGER_STEP)
 
 
 def _same_host_value(a: Any, b: Any) -> bool:
@@ -59,7 +76,7 @@ def _same_host_value(a: Any, b: Any) -> bool:
         return False
 
 
-def syncing_step(
+def _syncing_step(
     optimizer: torch.optim.Optimizer,
     found_inf_per_device: dict[torch.device, torch.Tensor],
     *args: Any,
@@ -70,6 +87,12 @@ def syncing_step(
     if not sum(v.item() for v in found_inf_per_device.values()):
         retval = optimizer.step(*args, **kwargs)
     return retval
+
+
+# The host's question and the step, eagerly under torch.compile: traced, the `.item()`
+# would break the graph on top of the step's own break (GradScaler's step: one break).
+SYNCING_STEP = "DynamicLossScaler(sync_free=False) asks the host before the step, as GradScaler does"
+syncing_step = torch.compiler.disable(_syncing_step, reason=SYNCING_STEP)
 
 
 def combined_found_inf(found_inf_per_device: dict[torch.device, torch.Tensor], device: torch.device) -> torch.Tensor:
@@ -98,18 +121,25 @@ def snapshot_buffers(
     return buffers
 
 
-def masked_step(
+class Undo(NamedTuple):
+    """What :func:`snapshot_for_undo` keeps for :func:`undo_if_overflowed`."""
+
+    params: list[torch.Tensor]
+    before: list[dict[str, Any]]  # shallow copy of each param's state dict
+    tensor_slots: list[tuple[int, str]]  # (param index, key) of state tensors
+    snaps: list[torch.Tensor]
+    found_inf: torch.Tensor
+
+
+def snapshot_for_undo(
     optimizer: torch.optim.Optimizer,
     found_inf_per_device: dict[torch.device, torch.Tensor],
     device: torch.device,
     cache: weakref.WeakKeyDictionary,
-    *args: Any,
-    **kwargs: Any,
-) -> Any:
-    """Always step; undo the step on the device where this optimizer saw inf/NaN.
-
-    ``device`` is the scale's device (where the overflow flags are combined);
-    ``cache`` holds the reusable snapshot buffers (see :func:`snapshot_buffers`)."""
+) -> Undo | None:
+    """Before the step: the parameters and optimizer-state tensors copied into the
+    reusable buffers, and the combined overflow flag on ``device`` (the scale's).
+    None where a tensor is sparse: then only :func:`syncing_step` can skip."""
     params: list[torch.Tensor] = []
     seen: set[int] = set()
     for group in optimizer.param_groups:
@@ -119,8 +149,8 @@ def masked_step(
                 params.append(p)
 
     state = optimizer.state
-    before: list[dict[str, Any]] = []  # shallow copy of each param's state dict
-    tensor_slots: list[tuple[int, str]] = []  # (param index, key) of state tensors
+    before: list[dict[str, Any]] = []
+    tensor_slots: list[tuple[int, str]] = []
     tracked: list[torch.Tensor] = list(params)
     for i, p in enumerate(params):
         st = dict(state[p]) if p in state else {}
@@ -130,13 +160,21 @@ def masked_step(
                 tensor_slots.append((i, k))
                 tracked.append(v)
     if any(t.is_sparse or (t.grad is not None and t.grad.is_sparse) for t in tracked):
-        return syncing_step(optimizer, found_inf_per_device, *args, **kwargs)
+        return None
 
     found_inf = combined_found_inf(found_inf_per_device, device)
     with torch.no_grad():
         snaps = snapshot_buffers(cache, optimizer, tracked)
-    retval = optimizer.step(*args, **kwargs)
+    return Undo(params, before, tensor_slots, snaps, found_inf)
 
+
+def undo_if_overflowed(optimizer: torch.optim.Optimizer, undo: Undo, retval: Any,
+                       cache: weakref.WeakKeyDictionary) -> Any:
+    """After the step: where the overflow flag is set, the parameters and optimizer-state
+    tensors get their snapshot back, on the device (``torch.where``); returns the step's
+    ``retval`` (None where a step that changed the state's structure was undone)."""
+    params, before, tensor_slots, snaps, found_inf = undo
+    state = optimizer.state
     # Did the step change the *structure* of the state (new buffers, new keys,
     # changed Python values)?  That cannot be undone by a device-side select.
     changed = False
@@ -198,3 +236,24 @@ def masked_step(
                 masks[cur.device] = mask
             torch.where(mask, snap, cur, out=cur)
     return retval
+
+
+def masked_step(
+    optimizer: torch.optim.Optimizer,
+    found_inf_per_device: dict[torch.device, torch.Tensor],
+    device: torch.device,
+    cache: weakref.WeakKeyDictionary,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    """Always step; undo the step on the device where this optimizer saw inf/NaN.
+
+    ``device`` is the scale's device (where the overflow flags are combined);
+    ``cache`` holds the reusable snapshot buffers (see :func:`snapshot_buffers`).
+    The three parts are called from one frame (the scaler's ``_maybe_opt_step`` calls
+    them likewise): under torch.compile each frame between the compiled function and
+    the eager optimizer step adds a graph break and a graph."""
+    undo = snapshot_for_undo(optimizer, found_inf_per_device, device, cache)
+    if undo is None:
+        return syncing_step(optimizer, found_inf_per_device, *args, **kwargs)
+    return undo_if_overflowed(optimizer, undo, optimizer_step(optimizer, *args, **kwargs), cache)

@@ -1,7 +1,9 @@
 """ampcert's torch autocast under torch.compile: every shipped torch workload's
 forward and loss trace into one graph with no graph break and no recompile
 from step to step, compute the same dtypes as eagerly, and the counters that
-say so can fail.
+say so can fail. The whole training step compiled, with DynamicLossScaler in
+both modes, breaks no more often than with torch.autocast and GradScaler,
+never recompiles, and skips an overflowing step as eagerly.
 
 Counted through torch._dynamo's own counters (``graph_break``, ``stats``),
 with the ``eager`` backend: Dynamo's tracing is what is under test, not
@@ -163,81 +165,104 @@ def test_the_eager_paths_inside_a_trace_would_recompile_every_step(monkeypatch):
     assert counters["stats"]["unique_graphs"] > 1 or sum(counters["graph_break"].values()) > 0
 
 
-# --------------------------------------------------------------------------- the loss scaler
+# --------------------------------------------------------------------------- the whole step, with the loss scaler
 
 
-def own_graph_breaks() -> list[str]:
-    """Graph breaks other than torch.optim's deliberate ones (Optimizer.step's
-    ``_use_grad`` wrapper calls ``torch._dynamo.graph_break()`` before and after
-    the step, so that AOTAutograd sees a no-grad graph; any compiled
-    optimizer step has them, with or without a scaler)."""
-    return [reason.splitlines()[0] for reason in counters["graph_break"]
-            if "torch._dynamo.graph_break()" not in reason]
-
-
-def _train(compiled: bool, workload: str, steps: int = 5, overflow_at: int = 3):
-    """A shipped workload's own model, optimizer and loss, ampcert's autocast (bf16)
-    and the sync-free scaler; ``update`` (scaler step and update) compiled or not."""
+def _whole_step(workload: str, engine: str, sync_free: bool = True, steps: int = 4, overflow_at: int = 2):
+    """The training step as users write it, compiled as one function: zero_grad, the
+    autocast region (made inside), forward and loss, ``scaler.scale(loss).backward()``,
+    ``scaler.step(opt)``, ``scaler.update()``; torch.autocast and GradScaler (``native``)
+    or ampcert's autocast and DynamicLossScaler. The first step runs eagerly (it creates
+    the optimizer's state), then ``steps`` compiled ones; at ``overflow_at`` the loss is
+    multiplied by inf instead of 1 (a tensor argument: no recompile), so its gradients
+    overflow. Returns the graph breaks, the graph
+    count after each compiled step, whether the overflowing step left the parameters and
+    the optimizer's state as they were, bit for bit, and the scaler."""
     torch.manual_seed(0)
     task, x, y = _task(workload)
     model, opt = task.model, task.make_optimizer(task.model.parameters())
-    scaler = DynamicLossScaler("cpu", init_scale=2.0**10, growth_interval=2, sync_free=True)
+    if engine == "native":
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
+        region = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
+    else:
+        scaler = DynamicLossScaler("cpu", init_scale=2.0**10, growth_interval=2, sync_free=sync_free)
+        region = lambda: autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
 
-    def update():
+    def train_step(x, y, poison):
+        opt.zero_grad(set_to_none=True)
+        with region():
+            loss = task.loss_fn(model(x), y) * poison
+        scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
-        opt.zero_grad(set_to_none=True)
 
+    one, inf = torch.tensor(1.0), torch.tensor(float("inf"))
+    train_step(x, y, one)
     torch._dynamo.reset()
     counters.clear()
-    run = torch.compile(update, backend="eager")
-    graphs, undone = [], None
+    run = torch.compile(train_step, backend="eager")
+    graphs, kept = [], None
+
+    def tensors() -> list[torch.Tensor]:  # the parameters and the optimizer's state tensors
+        return [*model.parameters(), *(v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor))]
+
     for step in range(steps):
-        with autocast("cpu", dtype=torch.bfloat16):
-            loss = task.loss_fn(model(x), y)
-        scaler.scale(loss).backward()
+        before = [v.detach().clone() for v in tensors()]
+        run(x, y, inf if step == overflow_at else one)
         if step == overflow_at:
-            next(model.parameters()).grad.view(-1)[0] = float("inf")
-            before = [p.detach().clone() for p in model.parameters()]
-            state = [t.clone() for st in opt.state.values() for t in st.values() if isinstance(t, torch.Tensor)]
-        # The first step runs eagerly, as ampcert's training loop runs it: it creates the
-        # optimizer's state, which needs one host decision (torch_scaler_step's module doc).
-        (run if compiled and step > 0 else update)()
-        if step == overflow_at:  # the overflowing step was undone: parameters and optimizer state
-            after = [t for st in opt.state.values() for t in st.values() if isinstance(t, torch.Tensor)]
-            undone = all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)) and \
-                all(torch.equal(a, b) for a, b in zip(state, after, strict=True))
+            kept = all(torch.equal(a, b) for a, b in zip(before, tensors(), strict=True))
         graphs.append(counters["stats"]["unique_graphs"])
-    return undone, scaler, graphs, type(opt).__name__
+    return sum(counters["graph_break"].values()), graphs, kept, scaler, [p.detach() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("workload", sorted(WORKLOADS))
-def test_the_sync_free_scaler_compiles_without_breaks_or_recompiles_of_its_own(workload):
-    undone, scaler, graphs, optimizer = _train(True, workload)
-    assert own_graph_breaks() == []
-    assert graphs[1] > 0 and graphs[-1] == graphs[1]  # traced at the first compiled step, never again
-    # Compiled, the scaler does what it does eagerly: the overflow step undone on the device,
-    # bit for bit, and the same scale trajectory. (Parameters are not compared with the eager
-    # run's: torch.optim's compiled step rounds differently, e.g. AdamW's, by up to 6e-4 on
-    # gpt after two steps with no scaler at all.)
-    assert undone, optimizer
-    eager_undone, eager_scaler, _, _ = _train(False, workload)
-    assert eager_undone and scaler.trajectory() == eager_scaler.trajectory()
-    assert scaler.trajectory()["skipped_steps"] == [3], optimizer
+WHOLE_STEP = ("digits", "gpt")  # a CNN and a transformer, as a user's step trains them
 
 
-def test_a_host_sync_put_back_into_the_scaler_is_a_graph_break(monkeypatch):
+@pytest.fixture(scope="module")
+def native_whole_step_breaks() -> dict[str, int]:
+    return {workload: _whole_step(workload, "native")[0] for workload in WHOLE_STEP}
+
+
+@pytest.mark.parametrize("sync_free", [True, False], ids=["sync_free", "syncing"])
+@pytest.mark.parametrize("workload", WHOLE_STEP)
+def test_the_whole_step_compiles_with_no_more_breaks_than_gradscalers(workload, sync_free,
+                                                                        native_whole_step_breaks):
+    breaks, graphs, kept, scaler, params = _whole_step(workload, "ampcert", sync_free)
+    assert 0 < breaks <= native_whole_step_breaks[workload], (dict(counters["graph_break"]), native_whole_step_breaks)
+    assert graphs[-1] == graphs[0]  # traced at the first compiled step, never again
+    # The step whose gradients overflowed was skipped, as eagerly (sync-free: stepped, then
+    # undone on the device): parameters and optimizer state kept bit for bit, and the scale
+    # trajectory of the same steps run eagerly. (Parameters are not compared with the eager
+    # run's: torch.optim's compiled step rounds differently, e.g. AdamW's.)
+    assert kept
+    assert scaler.trajectory()["skipped_steps"] == [3]  # the eager first step is step 0
+    eager = DynamicLossScaler("cpu", init_scale=2.0**10, growth_interval=2, sync_free=sync_free)
+    torch.manual_seed(0)
+    task, x, y = _task(workload)
+    opt = task.make_optimizer(task.model.parameters())
+    for step in range(5):
+        opt.zero_grad(set_to_none=True)
+        with autocast("cpu", dtype=torch.bfloat16):
+            loss = task.loss_fn(task.model(x), y) * (float("inf") if step == 3 else 1.0)
+        eager.scale(loss).backward()
+        eager.step(opt)
+        eager.update()
+    assert scaler.trajectory() == eager.trajectory()
+    assert all(torch.equal(a, b) for a, b in zip(params, task.model.parameters(), strict=True))
+
+
+def test_a_host_sync_put_back_adds_a_break_to_the_whole_step(monkeypatch, native_whole_step_breaks):
     combine = torch_scaler_step.combined_found_inf
 
     def with_item(found_inf_per_device, device):
         total = combine(found_inf_per_device, device)
-        if total.item():  # GradScaler's question to the host, back in the step
+        if total.item():  # GradScaler's question to the host, back in the sync-free step
             pass
         return total
 
     monkeypatch.setattr(torch_scaler_step, "combined_found_inf", with_item)
-    _train(True, "digits")
-    assert any("item()" in reason for reason in own_graph_breaks()), own_graph_breaks()
+    breaks, *_ = _whole_step("digits", "ampcert", sync_free=True)
+    assert breaks > native_whole_step_breaks["digits"], dict(counters["graph_break"])
 
 
 # --------------------------------------------------------------------------- numerics, compiled
