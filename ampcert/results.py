@@ -123,12 +123,12 @@ class LowestPrecision(_Model):
 
 
 class CompileStats(_Model):
-    """What torch.compile did with a ``compile: true`` run's training step
-    (forward and loss; their backward through AOTAutograd), from
-    torch._dynamo's counters."""
+    """What torch.compile did with a ``compile: true`` run's training step (its forward and
+    loss, their backward through AOTAutograd; or the whole step), from torch._dynamo's counters."""
 
     mode: str
     backend: str
+    scope: Literal["forward", "step"] = Field("forward", description="the forward and loss, or the whole step")
     compiled: bool = Field(description="whether the steps after the first ran compiled; false: "
                            "compilation failed and the suite's `fallback: eager` let it go on eagerly")
     fallback_reason: str | None = Field(default=None, description="why compilation failed, one line")

@@ -185,15 +185,29 @@ class Submission(_Strict):
 
 class TorchCompile(_Strict):
     """How ``compile: true`` runs compile the training step (torch backend):
-    the model's forward and the loss go through ``torch.compile`` (AOTAutograd
-    compiles their backward); the first step runs eagerly (the precision probe
-    watches it), the second compiles. ``fallback: eager`` lets a run whose
-    compilation fails go on eagerly, its result saying so and why; by default
-    (``fail``) such a run fails with the reason."""
+    with ``scope: forward`` the model's forward and the loss go through
+    ``torch.compile`` (AOTAutograd compiles their backward); with ``scope:
+    step`` the step as a user compiles it, from the autocast region to the
+    loss scaler's ``update()`` (the scaled backward and the scaler's step, the
+    optimizer's inside it, included). The first step runs eagerly (the
+    precision probe watches it), the second compiles. ``fallback: eager`` lets
+    a run whose compilation fails go on eagerly, its result saying so and why;
+    by default (``fail``) such a run fails with the reason."""
 
     mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default"
     backend: Literal["inductor", "aot_eager", "eager"] = "inductor"
     fallback: Literal["fail", "eager"] = "fail"
+    scope: Literal["forward", "step"] = "forward"
+
+    @model_validator(mode="after")
+    def _check(self) -> TorchCompile:
+        if self.scope == "step" and self.fallback == "eager":
+            # Dynamo compiles a step with graph breaks piece by piece, running each piece
+            # as it goes: one that fails part-way may have applied part of the step.
+            raise ValueError("`torch_compile`: `fallback: eager` needs `scope: forward`; a whole step "
+                             "that fails to compile part-way may have run part of itself, so it "
+                             "cannot be run again eagerly")
+        return self
 
 
 COMPILED_SUFFIX = "-compiled"
@@ -570,6 +584,8 @@ class RunSpec(_Strict):
             ident["world_size"] = self.world_size
         if self.torch_compile is not None:  # the fallback is what to do on failure, not what runs
             ident["torch_compile"] = self.torch_compile.model_dump(include={"mode", "backend"})
+            if self.torch_compile.scope != "forward":  # ids of forward-compiled runs stay what they were
+                ident["torch_compile"]["scope"] = self.torch_compile.scope
         if self.fp8 is not None:  # when the map is recorded does not change what is trained
             ident["fp8"] = self.fp8.model_dump(exclude={"record_every"})
         if self.command is not None:

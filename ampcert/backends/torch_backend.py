@@ -321,8 +321,19 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
     def forward_loss(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         return task.loss_fn(train_model(xb), yb)
 
-    # compile: true runs compile this from step 2 on (backends/torch_compile.py).
-    compiled = CompiledStep(spec.torch_compile, forward_loss) if spec.torch_compile is not None else None
+    def whole_step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        """The training step as a user compiles it (`torch_compile: {scope: step}`)."""
+        with amp.autocast():
+            loss = forward_loss(xb, yb)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return loss
+
+    # compile: true runs compile one of these from step 2 on (backends/torch_compile.py).
+    step_scope = spec.torch_compile is not None and spec.torch_compile.scope == "step"
+    compiled = CompiledStep(spec.torch_compile, whole_step if step_scope else forward_loss) \
+        if spec.torch_compile is not None else None
 
     log.start(mllog.RUN_START)
     run_start = time.perf_counter()
@@ -358,11 +369,16 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
             optimizer.zero_grad(set_to_none=True)
             if fp8 is not None:
                 fp8.before_step(step)
+            whole = step_scope and step > 1  # this step is whole_step, compiled
             # Step 1's time includes the probe's per-op bookkeeping (it also holds the warm-up).
             with probe if step == 1 else contextlib.nullcontext():
-                with amp.autocast():
-                    loss = (compiled if compiled is not None and step > 1 else forward_loss)(x, y)
-                scaler.scale(loss).backward()
+                if whole:
+                    assert compiled is not None
+                    loss = compiled(x, y)
+                else:
+                    with amp.autocast():
+                        loss = (compiled if compiled is not None and step > 1 else forward_loss)(x, y)
+                    scaler.scale(loss).backward()
             if compiled is not None and step == 2:
                 compiled.first_step_done()
             if step == 1:
@@ -370,8 +386,9 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
                 lowest_precision = loop.log_lowest_precision(
                     log, torch_precision.disclosure(probe.observed, spec.world_size,
                                                     fp8_layers=fp8.converted() if fp8 is not None else 0))
-            scaler.step(optimizer)
-            scaler.update()
+            if not whole:
+                scaler.step(optimizer)
+                scaler.update()
             if scheduler is not None:
                 scheduler.step()
             losses.append(loss.detach().float())

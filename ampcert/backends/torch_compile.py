@@ -1,12 +1,19 @@
 """A ``compile: true`` run's training step through torch.compile, with its record.
 
-What is compiled: the model's forward and the loss (a function of the
-batch), called inside the run's autocast region, whichever engine; AOTAutograd
-compiles its backward. The loss scaler and the optimizer step stay eager: the
-harness certifies the AMP engine's numerics under the compiled forward and
-backward, where autocast's decisions are made (ampcert's scaler compiles too,
-see ``tests/amp/test_torch_compile.py``, but torch.optim's deliberate graph
-breaks around ``Optimizer.step`` would be counted against the AMP engine).
+What is compiled (``torch_compile.scope``):
+
+- ``forward`` (the default): the model's forward and the loss (a function of
+  the batch), called inside the run's autocast region, whichever engine;
+  AOTAutograd compiles its backward. The loss scaler and the optimizer step
+  stay eager: what is certified is the AMP engine under the compiled forward
+  and backward, where autocast's decisions are made, and no break there is
+  anyone's but the engine's.
+- ``step``: the step as a user compiles it, from the autocast region (made
+  inside) to the scaler's ``update()``. Its breaks include the framework's own:
+  ``Tensor.backward()``, torch.optim's deliberate ones around an optimizer step
+  traced without a scaler, GradScaler's (Dynamo skips torch.amp), and
+  DynamicLossScaler's eager optimizer step (``amp/torch_scaler_step.py``); the
+  compile rule holds them to ``max_step_graph_breaks`` where a pack sets it.
 
 The first step runs eagerly: the precision probe watches it, and it creates
 the optimizer's state. The second compiles; its time (the run's step clock)
@@ -86,7 +93,8 @@ class CompiledStep:
 
         s = self.settings
         if self.failure is not None:
-            return CompileStats(mode=s.mode, backend=s.backend, compiled=False, fallback_reason=self.failure)
+            return CompileStats(mode=s.mode, backend=s.backend, scope=s.scope, compiled=False,
+                                fallback_reason=self.failure)
         reasons: list[str] = []
         for reason in counters["graph_break"]:
             if _first_line(reason) not in reasons:
@@ -97,7 +105,7 @@ class CompiledStep:
             compile_s = max(0.0, (step_times_ms[1] - statistics.median(step_times_ms)) / 1e3)
         frames: Any = counters["frames"]["total"]
         return CompileStats(
-            mode=s.mode, backend=s.backend, compiled=self.compiled is not None, compile_s=compile_s,
+            mode=s.mode, backend=s.backend, scope=s.scope, compiled=self.compiled is not None, compile_s=compile_s,
             graph_breaks=sum(counters["graph_break"].values()), break_reasons=reasons[:MAX_REASONS],
             graphs=counters["stats"]["unique_graphs"],
             recompiles=frames - self._frames_after_first if self._frames_after_first is not None else None)

@@ -200,11 +200,16 @@ class PrecisionDisclosure(RuleModel):
 
 class CompileHealth(RuleModel):
     """compile: true runs: graph breaks and recompiles of the compiled step, and
-    that it compiled at all; no verdict for runs that were not compiled."""
+    that it compiled at all; no verdict for runs that were not compiled.
+    ``max_graph_breaks`` holds the forward and loss (``scope: forward``), where
+    any break is the AMP engine's; a whole step (``scope: step``) breaks by
+    design at its backward and around its optimizer step, so its breaks are held
+    to ``max_step_graph_breaks`` where the pack sets it, else recorded only."""
 
     check: Literal["compile_health"]
     max_graph_breaks: int = Field(0, ge=0)
     max_recompiles: int = Field(1, ge=0)
+    max_step_graph_breaks: int | None = Field(None, ge=0)
     threshold_field: ClassVar[str] = "max_graph_breaks"
 
 

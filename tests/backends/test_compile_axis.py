@@ -12,6 +12,7 @@ from conftest import assert_one_line_error
 from factories import completed, plan, warm_cli
 
 from ampcert.certify import evaluate, load_rules
+from ampcert.errors import UserError
 from ampcert.results import CompileStats
 
 SUITE = """\
@@ -21,7 +22,7 @@ device: cpu
 precisions: PRECISIONS
 seeds: [0]
 compile: COMPILE
-torch_compile: {backend: BACKEND, fallback: FALLBACK}
+torch_compile: {backend: BACKEND, fallback: FALLBACK, scope: SCOPE}
 train: {steps: 4, eval_every: 2}
 workloads:
   - workload: digits
@@ -29,10 +30,10 @@ workloads:
 
 
 def _run(folder: Path, backend: str = "aot_eager", fallback: str = "fail", env: dict | None = None,
-         precisions: str = "[bf16]", compile: str = "[false, true]"):
+         precisions: str = "[bf16]", compile: str = "[false, true]", scope: str = "forward"):
     suite = folder / "compiled.yaml"
     suite.write_text(SUITE.replace("BACKEND", backend).replace("FALLBACK", fallback)
-                     .replace("PRECISIONS", precisions).replace("COMPILE", compile))
+                     .replace("PRECISIONS", precisions).replace("COMPILE", compile).replace("SCOPE", scope))
     # Through factories.warm_cli: the same CLI, forked warm (2-3 s less a command than cold).
     proc = warm_cli("run", suite, "--out", folder / "out", timeout=600, env=env)
     warm_cli("certify", folder / "out")  # the default rules over the runs as they are (no seeds added)
@@ -73,6 +74,36 @@ def test_the_report_and_the_certificate_show_it(compiled_run):
     compile_verdicts = {v["subject"]["workload"] + "/" + v["subject"]["precision"]: v["status"]
                         for v in verdicts if v["rule"] == "compile.graph_breaks"}
     assert compile_verdicts == {"digits-compiled/bf16": "PASS"}
+
+
+def test_the_whole_step_compiled_trains_as_eagerly_and_records_its_breaks(tmp_path):
+    """`torch_compile: {scope: step}`: from the autocast region to the scaler's update,
+    compiled as a user compiles a step; fp16 with ampcert's DynamicLossScaler. Under
+    aot_eager the compiled steps compute what the eager ones do, bit for bit."""
+    proc, runs, folder = _run(tmp_path, precisions="[fp16]", scope="step")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    eager, compiled = runs["digits/fp16"], runs["digits-compiled/fp16"]
+    c = compiled["compile_stats"]
+    assert (c["scope"], c["compiled"], c["recompiles"]) == ("step", True, 0)
+    # the step's own breaks: its backward, and the scaler's eager optimizer step
+    assert c["graph_breaks"] > 0 and "Unsupported Tensor.backward() call" in c["break_reasons"]
+    assert compiled["loss"] == eager["loss"] and compiled["loss_scale"] == eager["loss_scale"]
+    assert compiled["final_metric"] == eager["final_metric"]
+    assert "aot_eager, default, step" in (folder / "report.html").read_text()
+    verdicts = json.loads((folder / "verdicts.json").read_text())["verdicts"]
+    v = next(v for v in verdicts if v["rule"] == "compile.graph_breaks")
+    assert v["status"] == "PASS" and "whole step, limit none: recorded" in v["summary"]
+
+
+def test_the_step_scope_has_its_own_run_id_and_no_eager_fallback():
+    suite = {"name": "c", "precisions": ["bf16"], "seeds": [0], "compile": [True],
+             "workloads": [{"workload": "digits", "train": {"steps": 4}}]}
+    [forward] = plan(suite)
+    [step] = plan(suite | {"torch_compile": {"scope": "step"}})
+    [named] = plan(suite | {"torch_compile": {"scope": "forward"}})
+    assert forward.run_id == named.run_id != step.run_id  # forward-compiled runs keep their ids
+    with pytest.raises(UserError, match="`fallback: eager` needs `scope: forward`"):
+        plan(suite | {"torch_compile": {"scope": "step", "fallback": "eager"}})
 
 
 # One compiled run, in fp32: what a failed compilation does is no matter of precision (the
@@ -137,6 +168,28 @@ def test_the_compile_rule(stats, status, words):
     runs = [completed(spec, final_metric=0.9, compile_stats=stats) for spec in plan(suite)]
     v = next(v for v in evaluate(runs, load_rules("default")).verdicts if v.rule == "compile.graph_breaks")
     assert v.status == status and words in v.summary
+
+
+@pytest.mark.parametrize(("step_limit", "status", "words"), [
+    (None, "PASS", "at most 5 graph break(s) (whole step, limit none: recorded)"),
+    (5, "PASS", "(whole step, limit 5)"),
+    (4, "FAIL", "5 graph break(s), limit 4 (Unsupported Tensor.backward() call)"),
+])
+def test_a_whole_step_is_held_to_its_own_limit(tmp_path, step_limit, status, words):
+    """A whole step breaks at its backward and around its optimizer step by design: the
+    forward's limit (0 in the shipped packs) is not its; a pack's max_step_graph_breaks is."""
+    pack = load_rules("default").model_dump(mode="json", exclude_none=True)
+    for rule in pack["rules"]:
+        if rule["check"] == "compile_health" and step_limit is not None:
+            rule["max_step_graph_breaks"] = step_limit
+    (tmp_path / "pack.yaml").write_text(json.dumps(pack))
+    suite = {"name": "c", "precisions": ["bf16"], "seeds": [0], "compile": [True],
+             "torch_compile": {"scope": "step"}, "workloads": [{"workload": "digits", "train": {"steps": 4}}]}
+    stats = _stats(scope="step", graph_breaks=5, graphs=3, break_reasons=["Unsupported Tensor.backward() call"])
+    runs = [completed(spec, final_metric=0.9, compile_stats=stats) for spec in plan(suite)]
+    v = next(v for v in evaluate(runs, load_rules(tmp_path / "pack.yaml")).verdicts
+             if v.rule == "compile.graph_breaks")
+    assert v.status == status and words in v.summary, v.summary
 
 
 def test_no_verdict_for_runs_that_were_not_compiled():
