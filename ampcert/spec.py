@@ -204,7 +204,7 @@ class TorchCompile(_Strict):
         if self.scope == "step" and self.fallback == "eager":
             # Dynamo compiles a step with graph breaks piece by piece, running each piece
             # as it goes: one that fails part-way may have applied part of the step.
-            raise ValueError("`torch_compile`: `fallback: eager` needs `scope: forward`; a whole step "
+            raise ValueError("`fallback: eager` needs `scope: forward`; a whole step "
                              "that fails to compile part-way may have run part of itself, so it "
                              "cannot be run again eagerly")
         return self
