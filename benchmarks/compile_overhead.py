@@ -71,6 +71,26 @@ COMPILED_GOAL = 1.00
 WHOLE_STEP_GOAL = 1.05  # issue 34: the whole step compiled, with the loss scalers
 
 
+def compile_timed(fn: Callable, backend: str, first_call: Callable[[Callable], Any]
+                  ) -> tuple[Callable, dict[str, Any]]:
+    """``fn`` through torch.compile with Dynamo's counters reset, and the time of
+    ``first_call(compiled)`` (tracing and compiling included)."""
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(fn, backend=backend)
+    t0 = time.perf_counter()
+    first_call(compiled)
+    return compiled, {"compile_s": time.perf_counter() - t0}
+
+
+def count_compiled_steps(step: Callable[[], None], info: dict[str, Any]) -> None:
+    """Three more steps (a recompile would show here), then Dynamo's breaks and graphs into ``info``."""
+    for _ in range(3):
+        step()
+    info["graph_breaks"] = sum(counters["graph_break"].values())
+    info["graphs"] = counters["stats"]["unique_graphs"]
+
+
 def make_whole_step(model: torch.nn.Module, batches: list, loss_fn: Callable, make_region: Callable[[], Any],
                     make_scaler: Callable[[], Any], compile_backend: str | None, placement: str
                     ) -> tuple[Callable[[], None], dict[str, Any]]:
@@ -92,25 +112,20 @@ def make_whole_step(model: torch.nn.Module, batches: list, loss_fn: Callable, ma
     with around:
         train_step(*batches[0])
     info: dict[str, Any] = {}
-    run = train_step
+    run: Callable = train_step
     if compile_backend is not None:
-        torch._dynamo.reset()
-        counters.clear()
-        run = torch.compile(train_step, backend=compile_backend)
-        t0 = time.perf_counter()
-        with around:
-            run(*batches[1])
-        info["compile_s"] = time.perf_counter() - t0
+        def first_call(compiled: Callable) -> None:
+            with around:
+                compiled(*batches[1])
+
+        run, info = compile_timed(train_step, compile_backend, first_call)
 
     def step() -> None:
         with around:
             run(*next(it))
 
     if compile_backend is not None:
-        for _ in range(3):  # steps after the first: a recompile would show here
-            step()
-        info["graph_breaks"] = sum(counters["graph_break"].values())
-        info["graphs"] = counters["stats"]["unique_graphs"]
+        count_compiled_steps(step, info)
     return step, info
 
 
@@ -133,16 +148,13 @@ def make_step(model: torch.nn.Module, batches: list, loss_fn: Callable, make_reg
     else:
         forward_loss, region = forward_loss_only, make_region()
     info: dict[str, Any] = {}
-    fwd = forward_loss
+    fwd: Callable = forward_loss
     if compile_backend is not None:
-        torch._dynamo.reset()
-        counters.clear()
-        fwd = torch.compile(forward_loss, backend=compile_backend)
-        xb, yb = batches[0]
-        t0 = time.perf_counter()
-        with region:
-            fwd(xb, yb).backward()
-        info["compile_s"] = time.perf_counter() - t0
+        def first_call(compiled: Callable) -> None:
+            with region:
+                compiled(*batches[0]).backward()
+
+        fwd, info = compile_timed(forward_loss, compile_backend, first_call)
         model.zero_grad(set_to_none=True)
 
     def step() -> None:
@@ -154,10 +166,7 @@ def make_step(model: torch.nn.Module, batches: list, loss_fn: Callable, make_reg
         opt.step()
 
     if compile_backend is not None:
-        for _ in range(3):  # steps after the first: a recompile would show here
-            step()
-        info["graph_breaks"] = sum(counters["graph_break"].values())
-        info["graphs"] = counters["stats"]["unique_graphs"]
+        count_compiled_steps(step, info)
     return step, info
 
 

@@ -487,8 +487,9 @@ class DynamicLossScaler(torch.amp.GradScaler):
         libraries call it directly): the masked step when sync-free, else GradScaler's."""
         found_inf_per_device = optimizer_state["found_inf_per_device"]
         if self._sync_free:
-            # torch_scaler_step.masked_step, its parts called from this frame: under
-            # torch.compile each frame down to the eager optimizer step is a graph break.
+            # The masked step (torch_scaler_step's module doc), its parts called from this
+            # frame: under torch.compile each frame down to the eager optimizer step is a
+            # graph break.
             scale = cast(torch.Tensor, self._scale)
             undo = snapshot_for_undo(optimizer, found_inf_per_device, scale.device, self._snapshots)
             if undo is not None:

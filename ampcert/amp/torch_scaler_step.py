@@ -8,8 +8,12 @@ the host until the GPU has finished the backward pass, once per step.  Instead
 (``sync_free=True``) the optimizer step always runs and is *undone on the device* when
 an overflow was found: the parameters and optimizer-state tensors (moments, ``step``
 counters, ...) are snapshotted, the step runs, and ``torch.where(found_inf, snapshot,
-current)`` restores them (:func:`masked_step`).  :func:`syncing_step` is
-``GradScaler``'s own path (``sync_free=False``): ask the host, then step or not.
+current)`` restores them: :func:`snapshot_for_undo` before the step,
+:func:`optimizer_step`, then :func:`undo_if_overflowed`, which the scaler's
+``_maybe_opt_step`` calls in turn from one frame (under torch.compile each frame
+between the compiled function and the eager optimizer step is a graph break and a
+graph).  :func:`syncing_step` is ``GradScaler``'s own path (``sync_free=False``):
+ask the host, then step or not.
 
 The snapshot is kept in reusable buffers, one set per optimizer
 (:func:`snapshot_buffers`): one copy of every parameter with a gradient and of its
@@ -19,8 +23,8 @@ their own kernel (the scaler's native path).  On a masked overflow step the
 optimizer's return value is returned even though its effect was undone (the host
 cannot know); ``GradScaler`` returns ``None`` for skipped steps.
 
-Where host syncs remain in :func:`masked_step`
-----------------------------------------------
+Where host syncs remain in the masked step
+------------------------------------------
 None in steady state, except
 
 - when the optimizer *creates* state or changes non-tensor state during the step
@@ -45,8 +49,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-__all__ = ["EAGER_STEP", "SYNCING_STEP", "Undo", "combined_found_inf", "masked_step", "optimizer_step", "snapshot_buffers", "snapshot_for_undo",
-           "syncing_step", "undo_if_overflowed"]
+__all__ = ["EAGER_STEP", "SYNCING_STEP", "Undo", "combined_found_inf", "optimizer_step", "snapshot_buffers",
+           "snapshot_for_undo", "syncing_step", "undo_if_overflowed"]
 
 
 def _optimizer_step(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
@@ -237,23 +241,3 @@ def undo_if_overflowed(optimizer: torch.optim.Optimizer, undo: Undo, retval: Any
             torch.where(mask, snap, cur, out=cur)
     return retval
 
-
-def masked_step(
-    optimizer: torch.optim.Optimizer,
-    found_inf_per_device: dict[torch.device, torch.Tensor],
-    device: torch.device,
-    cache: weakref.WeakKeyDictionary,
-    *args: Any,
-    **kwargs: Any,
-) -> Any:
-    """Always step; undo the step on the device where this optimizer saw inf/NaN.
-
-    ``device`` is the scale's device (where the overflow flags are combined);
-    ``cache`` holds the reusable snapshot buffers (see :func:`snapshot_buffers`).
-    The three parts are called from one frame (the scaler's ``_maybe_opt_step`` calls
-    them likewise): under torch.compile each frame between the compiled function and
-    the eager optimizer step adds a graph break and a graph."""
-    undo = snapshot_for_undo(optimizer, found_inf_per_device, device, cache)
-    if undo is None:
-        return syncing_step(optimizer, found_inf_per_device, *args, **kwargs)
-    return undo_if_overflowed(optimizer, undo, optimizer_step(optimizer, *args, **kwargs), cache)

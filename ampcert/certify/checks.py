@@ -508,8 +508,8 @@ def check_compile_health(rule: R.CompileHealth, g: _Group) -> Verdict | None:
     worst_breaks = max(c.graph_breaks or 0 for _, c in compiled)
     worst_recompiles = max(c.recompiles or 0 for _, c in compiled)
     step_limit = "none: recorded" if rule.max_step_graph_breaks is None else rule.max_step_graph_breaks
-    why = {"forward": f"limit {forward_limit}", "step": f"whole step, limit {step_limit}"}.get(
-        "".join(sorted({c.scope for _, c in compiled})), "limit by scope")
+    scopes = {c.scope for _, c in compiled}
+    why = "; ".join([f"limit {forward_limit}"] * ("forward" in scopes) + [f"whole step, limit {step_limit}"] * ("step" in scopes))
     return _verdict(rule, g, Status.PASS, f"{len(compiled)} compiled run(s): at most {worst_breaks} graph break(s) "
                     f"({why}) and {worst_recompiles} recompile(s) (limit {rule.max_recompiles})",
                     runs=stats)
