@@ -421,25 +421,36 @@ def print_systems(console: Console, done) -> None:
 
 
 def _print_energy(console: Console, folder, energy) -> None:
-    """Energy to train: ampcert's figure (nodes and switches, else nodes) beside MLPerf's, or why there is none."""
+    """Energy to train: the nodes alone, the nodes and switches, and MLPerf's figure, with why they
+    differ; each run's where the benchmark has no figure, and why one is missing."""
+    from ampcert.published.energy import against_mlperf
+
     if not energy.power_logs:
         return
     kinds = ", ".join(energy.measurement_types) or "measurement type not stated"
     rate = f"{1 / energy.sampling_interval_s:.2g} Hz" if energy.sampling_interval_s else "sampling rate unknown"
-    joules, scope = energy.per_run()
-    if joules is None:
+    if energy.per_run()[0] is None:
         line(console, f"{folder}: energy to train: no figure ({energy.no_figure}); {kinds}, {rate}")
     else:
-        line(console, f"{folder}: energy to train {formats.number(joules / 3.6e6, 3)} kWh ({scope}), MLPerf's "
-                      f"figure {formats.number((energy.mlperf_joules or 0) / 3.6e6, 3)} kWh; {kinds}, {rate}")
+        line(console, f"{folder}: energy to train per run: {_energy_figures(energy)}; {kinds}, {rate}")
+        line(console, f"{folder}: energy against MLPerf's figure: {energy.against_mlperf()}")
     for run in energy.runs:
         if run.refused and run.minutes is not None:
             line(console, f"{folder}: {run.file}: no energy: {run.refused}")
-        elif joules is None and run.nodes_joules is not None:  # no benchmark figure: each run's
-            ours = run.nodes_and_switches_joules
-            line(console, f"{folder}: {run.file}: energy {formats.number((ours or run.nodes_joules) / 3.6e6, 3)} kWh "
-                          f"(nodes{'' if ours is None else ' and switches'}), MLPerf's figure "
-                          f"{formats.number((run.mlperf_joules or 0) / 3.6e6, 3)} kWh")
+        elif energy.per_run()[0] is None and run.nodes_joules is not None:  # no benchmark figure: each run's
+            why = against_mlperf(run.switches_measured, run.switches_estimated, run.switches_unknown)
+            line(console, f"{folder}: {run.file}: energy {_energy_figures(run)} ({why})")
+
+
+def _energy_figures(energy) -> str:
+    """'nodes 0.494 kWh, nodes and switches 0.529 kWh, MLPerf's figure 0.507 kWh (+4.26%)' of a
+    benchmark's or a run's energy (the nodes and switches 'unknown' where a switch log has no figure)."""
+    def kwh(joules: float | None) -> str:
+        return "unknown" if joules is None else f"{formats.number(joules / 3.6e6, 3)} kWh"
+
+    difference = "" if energy.difference_pct is None else f" ({energy.difference_pct:+.2f}%)"
+    return (f"nodes {kwh(energy.nodes_joules)}, nodes and switches {kwh(energy.nodes_and_switches_joules)}, "
+            f"MLPerf's figure {kwh(energy.mlperf_joules)}{difference}")
 
 
 # --------------------------------------------------------------------------- compare, plan

@@ -102,12 +102,37 @@ class BenchmarkEnergy(_Model):
 
     def per_run(self) -> tuple[float | None, str | None]:
         """The energy of one training run (J) as ampcert states it, and what it counts: nodes and
-        switches where every switch is known, else the nodes; (None, None) where there is no figure."""
-        if self.nodes_and_switches_joules is not None:
+        switches where switch logs exist and every one is known, else the nodes; (None, None)
+        where there is no figure."""
+        if self.nodes_and_switches_joules is not None and any(self.switch_logs()):
             return self.nodes_and_switches_joules, "nodes and switches"
         if self.nodes_joules is not None:
             return self.nodes_joules, "nodes"
         return None, None
+
+    def switch_logs(self) -> tuple[int, int]:
+        """The switch logs of the counted runs: (measured with power_reading, estimated only), the
+        most any run has (a submission logs the same switches for every run)."""
+        counted = [run for run in self.runs if run.minutes is not None and run.refused is None]
+        return (max((run.switches_measured for run in counted), default=0),
+                max((run.switches_estimated for run in counted), default=0))
+
+    def against_mlperf(self) -> str:
+        """Why ampcert's nodes-and-switches figure differs from MLPerf's, or that it does not."""
+        return against_mlperf(*self.switch_logs(), self.switches_unknown)
+
+
+def against_mlperf(measured: int, estimated: int, unknown: str | None) -> str:
+    """One sentence: what MLPerf's energy figure counts of the switches, beside what ampcert counts."""
+    if unknown:
+        return f"switches not counted ({unknown})"
+    if measured:
+        return (f"MLPerf counts a switch only by its interconnect_power_est, so it leaves out the "
+                f"{measured} switch log(s) measured with power_reading, which ampcert counts as it counts a node"
+                + (f"; {estimated} estimated switch(es) counted as MLPerf counts them" if estimated else ""))
+    if estimated:
+        return f"{estimated} switch(es) counted by their interconnect_power_est, as MLPerf counts them"
+    return "no switch logs were published: the nodes alone, as in MLPerf's figure"
 
 
 class _Refused(Exception):
@@ -249,7 +274,9 @@ def _node(events: list[LogEvent], time_to_train: float, name: str) -> tuple[floa
             kind = stated if isinstance(stated, str) else None
     if not start_found:
         raise _Refused(f"{name}: no power_measurement_start")
-    if not times:
+    # A window that ends where it starts is refused first, whatever readings follow it: MLPerf
+    # divides by its length, so it stops there even where no reading falls inside (0 / 0).
+    if not (stop_found and power_stop <= power_start) and not times:
         raise _Refused(f"{name}: no power_reading inside its measurement window (MLPerf would count 0 J)")
     if not stop_found:
         power_stop = last_timestamp

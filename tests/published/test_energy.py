@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from ampcert.published.energy import BenchmarkEnergy, energy_benchmark, olympic_by_time
+from ampcert.published.energy import (
+    BenchmarkEnergy,
+    against_mlperf,
+    energy_benchmark,
+    olympic_by_time,
+)
 
 ROUND = Path(__file__).resolve().parents[1] / "fixtures" / "mlperf" / "training_results_v5.0"
 BERT = ROUND / "Lenovo" / "results" / "SR780aV3-8xB200_SXM_180GB" / "bert"
@@ -138,15 +143,22 @@ def test_switches_measured_are_counted_where_mlperf_counts_only_estimates(tmp_pa
     assert run.nodes_and_switches_joules - run.mlperf_joules == pytest.approx(400 * seconds, rel=1e-9)
     assert run.difference_pct == pytest.approx(400 * seconds / run.mlperf_joules * 100)
     assert 0 < run.difference_pct < 10
+    assert against_mlperf(run.switches_measured, run.switches_estimated, run.switches_unknown) == (
+        "MLPerf counts a switch only by its interconnect_power_est, so it leaves out the 1 switch log(s) measured "
+        "with power_reading, which ampcert counts as it counts a node; 1 estimated switch(es) counted as MLPerf "
+        "counts them")
 
 
 @pytest.mark.parametrize("lines, reason, mlperf", [
     ([(1_000, "power_measurement_start", "INTERVAL_START"), (1_000, "power_reading", "POINT_IN_TIME"),
       (1_000, "power_measurement_stop", "INTERVAL_END")],
      "power/result_1/node_0.txt: the power measurement lasts 0 ms", ZeroDivisionError),
+    ([(1_000, "power_measurement_start", "INTERVAL_START"), (1_000, "power_measurement_stop", "INTERVAL_END"),
+      (2_000, "power_reading", "POINT_IN_TIME")],
+     "power/result_1/node_0.txt: the power measurement lasts 0 ms", ZeroDivisionError),
     ([(1_000, "power_measurement_start", "INTERVAL_START"), (200_000, "power_measurement_stop", "INTERVAL_END")],
      "power/result_1/node_0.txt: no power_reading inside its measurement window", 0.0),
-], ids=["zero duration", "no readings"])
+], ids=["zero duration", "zero duration, readings after it", "no readings"])
 def test_a_power_log_without_a_figure_refuses_its_run_with_one_reason(tmp_path, lines, reason, mlperf):
     folder, power = _one_run(tmp_path)
     (power / "node_0.txt").write_text(_event(1_000, "conversion_eff", 1.0, measurement_type="DC") + "".join(

@@ -254,9 +254,9 @@ def test_a_scaling_json_that_disagrees_with_the_rcp_check_is_recorded_and_exits_
     assert rec.score.scaling_factor == 1.5 and rec.rejected[0].startswith("rcp: ")
 
 
-def test_the_power_system_gets_energy_to_train_beside_mlperfs_figure(tmp_path):
-    # The fixture keeps two of Lenovo's ten bert runs (SOURCE.md): MLPerf's olympic mean needs
-    # three, so two more are made from them, later by 1 and 2 minutes.
+def _power_benchmark(tmp_path: Path) -> Path:
+    """Lenovo's bert folder with four runs: the fixture keeps two of its ten (SOURCE.md), and
+    MLPerf's olympic mean needs three, so two more are made from them, later by 1 and 2 minutes."""
     copy = tmp_path / "training_results_v5.0"
     shutil.copytree(POWER_ROUND, copy)
     folder = copy / "Lenovo" / "results" / LENOVO / "bert"
@@ -266,17 +266,51 @@ def test_the_power_system_gets_energy_to_train_beside_mlperfs_figure(tmp_path):
         (folder / f"result_{new}.txt").write_text("".join(text[:at]) + "".join(_later(line, later)
                                                                               for line in text[at:]))
         shutil.copytree(folder / "power" / f"result_{source}", folder / "power" / f"result_{new}")
-    done = session.import_mlperf([folder], tmp_path / "out")
-    (rec,) = done.records
-    energy = rec.energy
+    return folder
+
+
+def test_the_power_system_gets_energy_to_train_beside_mlperfs_figure(tmp_path, cli_here):
+    folder = _power_benchmark(tmp_path)
+    proc = cli_here("import", "mlperf", folder, "--out", tmp_path / "out")
+    # four of ten runs: MLPerf's RCP check (and the summarizer and package checker after it)
+    # reject the truncated submission, as they should; the energy is computed all the same
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    imported = tmp_path / "out" / "Lenovo" / LENOVO / "bert"
+    energy = load_published(imported).energy
     assert energy.power_logs and energy.measurement_types == ["AC"] and energy.sampling_interval_s == 1.0
     assert energy.nodes_joules == energy.nodes_and_switches_joules == energy.mlperf_joules  # no switch logs
     assert energy.mlperf_joules is not None and 1e6 < energy.mlperf_joules < 3e6
     assert [r.file for r in energy.runs] == [f"result_{n}.txt" for n in (1, 3, 5, 7)]
-    plan = session.capacity(done.folders[0], training_runs=10)
+    kwh = f"{energy.mlperf_joules / 3.6e6:.3f} kWh"
+    assert (f"energy to train per run: nodes {kwh}, nodes and switches {kwh}, MLPerf's figure {kwh} (+0.00%); "
+            "AC, 1 Hz") in proc.stdout
+    assert "energy against MLPerf's figure: no switch logs were published: the nodes alone" in proc.stdout
+    plan = session.capacity(imported, training_runs=10)
     (row,) = plan.plan.rows
-    assert row.energy_kwh == pytest.approx(10 * energy.nodes_and_switches_joules / 3.6e6)
-    assert row.energy_scope == "nodes and switches" and row.accelerator == rec.fingerprint.accelerator_model
+    assert row.energy_kwh == pytest.approx(10 * energy.nodes_joules / 3.6e6)
+    assert row.energy_scope == "nodes" and row.accelerator == load_published(imported).fingerprint.accelerator_model
+
+
+def test_a_power_log_that_lasts_no_time_refuses_its_run_and_keeps_the_exit_code(tmp_path, cli_here):
+    """A power window whose stop equals its start (where MLPerf's summarizer raises
+    ZeroDivisionError): the run's energy is refused with one reason, printed and stored; its time
+    still counts; the import's exit code is what MLPerf's checkers make it (docs/published.md)."""
+    folder = _power_benchmark(tmp_path)
+    whole = cli_here("import", "mlperf", folder, "--out", tmp_path / "whole")
+    node = folder / "power" / "result_5" / "node_0.txt"
+    lines = node.read_text().splitlines(keepends=True)
+    start = next(re.search(r'"time_ms": (\d+)', line)[1] for line in lines if "power_measurement_start" in line)
+    node.write_text("".join(re.sub(r'"time_ms": \d+', f'"time_ms": {start}', line)
+                            if "power_measurement_stop" in line else line for line in lines))
+    proc = cli_here("import", "mlperf", folder, "--out", tmp_path / "out")
+    assert proc.returncode == whole.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    reason = "power/result_5/node_0.txt: the power measurement lasts 0 ms"
+    assert f"result_5.txt: no energy: {reason}" in proc.stdout
+    energy = load_published(tmp_path / "out" / "Lenovo" / LENOVO / "bert").energy
+    (refused,) = [run for run in energy.runs if run.refused]
+    assert refused.file == "result_5.txt" and refused.refused.startswith(reason) and refused.minutes is not None
+    assert energy.mlperf_joules is None and "result_5.txt has no energy figure" in energy.no_figure
+    assert "energy to train: no figure (result_5.txt has no energy figure" in proc.stdout
 
 
 def _later(line: str, ms: int) -> str:
