@@ -2,7 +2,8 @@
 
 - `tests`, `lint` (the defaults): the CPU test suite on torch 2.13 and ruff.
 - `jax_current`, `jax_oldest`: ampcert.amp.jax on JAX 0.12 (Python 3.12) and 0.10 (Python 3.11),
-  each in a venv without torch; on the newest, the harness without torch too (`.ci/run` runs both).
+  each in a venv without torch; on the newest, the harness without torch too (`.ci/run` runs
+  jax_current; the test command's venv has JAX 0.10, with torch).
 - `torch_current`: the torch AMP tests, the audit and a tiny suite on torch 2.14.1 (~5.5 GB venv).
 - `slow`: the long forms of tests that CI shortens (suites/fp8.yaml trained as shipped);
 - `gpu`: the gpu-marked tests on a CUDA machine; `browser`: report.html in headless Chromium;

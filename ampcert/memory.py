@@ -30,7 +30,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from scipy import stats
 
 from ampcert.aggregate import REFERENCE, TABLE_ORDER, group_key
 from ampcert.results import FailureKind, RunResult
@@ -156,6 +155,9 @@ def _fit(subject: Subject, runs: list[RunResult], budgets: list[tuple[int, str]]
                       for (b, r), p in zip(measured, peaks, strict=True)]
         fit.note = "; ".join(notes + [f"{len(measured)} batch size(s) measured: a line needs two or more"])
         return fit
+    # imported here: a suite's validation imports this module (~1 s for scipy.stats), most commands fit nothing
+    from scipy import stats
+
     line = stats.linregress(batches, peaks)
     fit.fixed_bytes, fit.bytes_per_sample = float(line.intercept), float(line.slope)
     if len(batches) > 2:  # with two points the line passes through both: no error to estimate
@@ -211,6 +213,8 @@ def _saving(fit: MemoryFit, ref: MemoryFit) -> Saving | None:
         se = abs(a / b) * math.sqrt((fit.per_sample_stderr / a) ** 2 + (ref.per_sample_stderr / b) ** 2) if a else (
             fit.per_sample_stderr / b)
         dof = min(len(fit.points), len(ref.points)) - 2
+        from scipy import stats
+
         t = float(stats.t.ppf(0.5 + LEVEL / 2, dof))
         interval = [fraction - t * se, fraction + t * se]
     note = ""

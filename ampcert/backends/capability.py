@@ -91,10 +91,14 @@ def probe(device: str, precisions: list[str], backend: str = "torch") -> dict[st
         if precision in FP8_PRECISIONS:
             out[precision] = _fp8_capability(precision, device, out["fp32"]["measured_flops"])
             continue
+        missing = _missing_cpu_units(precision) if device == "cpu" else None
         try:
             # Slow paths are ~100x slower: a couple of repetitions is plenty. A fast one gets
             # as many as fp32 had, so that one disturbed repetition cannot flip the verdict.
-            t = timer(dtype(precision), device, n, reps=3 if device == "cpu" else 10)
+            # A CPU without the instructions is slow at it whatever the timing reads: one
+            # repetition is the evidence the note quotes (three made every plan with bf16 or
+            # fp16 about 0.7 s longer each on an AVX2-only CPU).
+            t = timer(dtype(precision), device, n, reps=1 if missing else 3 if device == "cpu" else 10)
             if t * 20 < 0.5:
                 t = min(t, timer(dtype(precision), device, n, reps=20))
             speedup = base / t
@@ -107,7 +111,6 @@ def probe(device: str, precisions: list[str], backend: str = "torch") -> dict[st
         # "capability": one matmul's ratio, which the workload's measured speedup (its
         # samples/s over fp32's, data loading and small ops included) rarely reaches
         note = f"{verdict}: capability probe, a {n}x{n} matmul at {speedup:.3g}x fp32"
-        missing = _missing_cpu_units(precision) if device == "cpu" else None
         if accelerated and missing:
             # A small matmul timed on a loaded 2-core machine once read fp16 at 1.16x fp32 on an
             # AVX2-only CPU (normally ~0.02x): a CPU without the instructions cannot be fast at it.

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats
 
 
 @dataclass(frozen=True)
@@ -53,6 +52,9 @@ def paired_tost(low: Sequence[float], ref: Sequence[float], margin: float, alpha
         p_hi = 0.0 if mean < margin else 1.0
         return Tost(n, mean, 0.0, mean, mean, p_lo, p_hi, max(p_lo, p_hi), margin, alpha,
                     inside, not inside)
+    # imported here: scipy.stats costs ~1 s of every command that loads a rule pack, most test nothing
+    from scipy import stats
+
     p_lo = float(stats.ttest_1samp(d, -margin, alternative="greater").pvalue)
     p_hi = float(stats.ttest_1samp(d, margin, alternative="less").pvalue)
     half = float(stats.t.ppf(1 - alpha, n - 1)) * sd / math.sqrt(n)
