@@ -19,8 +19,11 @@ REPO = TESTS.parent
 # OpenMP thread: two processes that each spin a thread per core fight over the cores, and a
 # torch matmul then runs several times slower (measured: a plugin + certify pair of test
 # files, 113 s -> 90 s). The serial run, where speed is under test, keeps the defaults.
+# XLA's CPU backend likewise: one Eigen thread, no intra-op pool (the JAX suite of
+# test_jax_backend.py: 96 -> 88 s of CPU alone on this 2-core machine, for the same runs).
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
 # The README's test command installs with `pip install --no-compile` (compiling all of torch,
 # transformers, JAX and Ray cost ~90 s of the 2-core CI machine, for modules the tests mostly

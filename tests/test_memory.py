@@ -5,8 +5,8 @@ unseen batch size."""
 from __future__ import annotations
 
 import pytest
-from conftest import run_cli
-from factories import completed, failed, plan
+from conftest import run_cli  # cold where the start matters; warm_cli elsewhere
+from factories import completed, failed, plan, warm_cli
 
 from ampcert.memory import device_memory, fit_sweep
 from ampcert.results import FailureKind, load
@@ -103,7 +103,7 @@ def test_cpu_sweeps_of_digits_and_gpt_predict_an_unseen_batch_within_10_percent(
     """Real runs: each (workload, precision) line fitted on three batch sizes predicts the
     measured peak at the fourth (96, left out of the fit) within 10%."""
     out = tmp_path / "out"
-    proc = run_cli("run", write_suite(SWEEP_SUITE), "--out", out, timeout=600)
+    proc = warm_cli("run", write_suite(SWEEP_SUITE), "--out", out, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rs = load(out)
     assert len(rs.runs) == 4 and len(rs.memory_runs) == 16 and not rs.memory_missing
@@ -137,7 +137,7 @@ def test_a_run_that_overflows_a_shrunk_card_does_not_fit_and_the_suite_goes_on(t
     'does not fit', the sweep's other runs and the suite's matrix complete, and the fit
     caps the 1 GiB budget below that batch."""
     out = tmp_path / "out"
-    proc = run_cli("run", write_suite(SHRUNK_CARD_SUITE), "--out", out, timeout=600)
+    proc = run_cli("run", write_suite(SHRUNK_CARD_SUITE), "--out", out, timeout=600)  # cold, as on a GPU host
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rs = load(out)
     assert all(r.status == "completed" for r in rs.runs)
@@ -153,8 +153,8 @@ def test_a_run_that_overflows_a_shrunk_card_does_not_fit_and_the_suite_goes_on(t
 
 
 def test_shrinking_a_cpu_is_refused_in_one_line(tmp_path, write_suite):
-    proc = run_cli("run", write_suite(SHRUNK_CARD_SUITE.replace("device: cuda", "device: cpu")), "--out",
-                   tmp_path / "out", "--dry-run")
+    proc = warm_cli("run", write_suite(SHRUNK_CARD_SUITE.replace("device: cuda", "device: cpu")), "--out",
+                    tmp_path / "out", "--dry-run")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "`memory.device_memory` shrinks a CUDA device" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
@@ -277,7 +277,7 @@ def test_a_jax_sweep_reads_its_peak_before_the_evaluation(tmp_path, write_suite)
             params: {size: tiny, max_bytes: 100000, eval_windows: 8}
             train: {steps: 2}
         """)
-    proc = run_cli("run", suite, "--out", tmp_path / "out", timeout=600)
+    proc = warm_cli("run", suite, "--out", tmp_path / "out", timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rs = load(tmp_path / "out")
     assert sorted(r.spec.batch_size for r in rs.memory_runs) == [8, 16, 32]
