@@ -32,7 +32,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert.aggregate import REFERENCE, TABLE_ORDER, group_key
-from ampcert.results import FailureKind, RunResult
+from ampcert.results import FailureKind, ResultsDir, ResultSet, RunResult
+from ampcert.spec import MemorySweep, RunSpec
+from ampcert.stored_plan import StoredPlan
 from ampcert.vocabulary import Subject
 
 # The interval on the saving per sample: two-sided, at this level.
@@ -60,11 +62,27 @@ class DoesNotFit(_Model):
     reason: str
 
 
+class Confirmation(_Model):
+    """The run at a budget's fitted largest batch, trained after the sweep: does the line hold there?"""
+
+    run_id: str
+    batch: int
+    predicted_bytes: float
+    peak_bytes: float | None = None
+    error: float | None = Field(default=None, description="(measured - predicted) / predicted")
+    fits: bool | None = Field(default=None, description="True: trained, and its peak stayed within the budget; "
+                                                        "False: out of memory, or a peak over the budget; "
+                                                        "None: no answer (see note)")
+    note: str = ""
+
+
 class BudgetFit(_Model):
     budget_bytes: int
     source: str = Field(description="'suite' (the suite's memory.budgets) or 'device' (its own memory)")
     largest_batch: int | None = Field(description="the largest batch whose fitted peak fits; None: see note")
     note: str = ""
+    confirmation: Confirmation | None = Field(default=None, exclude_if=lambda v: v is None,
+                                              description="the confirming run at largest_batch, where one ran")
 
 
 class Saving(_Model):
@@ -230,3 +248,102 @@ def _saving(fit: MemoryFit, ref: MemoryFit) -> Saving | None:
 
 def _more_or_less(saving: float) -> str:
     return f"{saving:.0%} less" if saving > 0 else f"{-saving:.0%} more"
+
+
+# --------------------------------------------------------------------------- a results folder's fits
+
+
+def sweep_of(suite_doc: dict[str, Any]) -> MemorySweep | None:
+    """The suite's ``memory:`` as stored in the folder's suite.yaml (plan.json stores the suite's
+    name only); None where there is none, or where it no longer parses (valid when it was run: a
+    suite edited since falls back to the defaults, the device's own memory)."""
+    memory = suite_doc.get("memory")
+    if not isinstance(memory, dict):
+        return None
+    try:
+        return MemorySweep.model_validate(memory)
+    except ValueError:
+        return None
+
+
+def folder_fits(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str, Any]) -> list[MemoryFit]:
+    """The sweep's fits of a results folder, against the suite's budgets or else the device's own
+    memory, each budget with its confirming run where one ran (:func:`confirming_runs`)."""
+    fits, specs = _fits_and_confirmations(rs, plan, suite_doc)
+    rd = ResultsDir(rs.root)
+    for spec in specs:
+        result = rd.read_result(spec.run_id)
+        if result is None:
+            continue
+        for fit in fits:
+            for budget in fit.budgets:
+                if (budget.confirmation is None and budget.budget_bytes == spec.confirms_budget
+                        and fit.subject == group_key(result) and budget.largest_batch == spec.batch_size):
+                    budget.confirmation = _confirmation(fit, budget, result)
+    return fits
+
+
+def confirming_runs(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str, Any]) -> list[RunSpec]:
+    """The runs that confirm a finished sweep: per subject, one at the fitted largest batch of the
+    smallest budget the device at hand holds, on CUDA limited to that budget (a suite's budget is
+    a smaller card, emulated as the sweep's ``device_memory`` is), so that a line that understates
+    the memory runs out of it there. A CPU's
+    own memory is not confirmed (the host's, shared with everything on it; a suite's budgets
+    are). Derived from the stored results, the same on every call: `--resume` finds them done."""
+    return _fits_and_confirmations(rs, plan, suite_doc)[1]
+
+
+def _fits_and_confirmations(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str, Any]
+                            ) -> tuple[list[MemoryFit], list[RunSpec]]:
+    if not rs.memory_runs:
+        return [], []
+    sweep = sweep_of(suite_doc)
+    budgets = [int(b) for b in sweep.budgets] if sweep is not None else []
+    # An emulated smaller card (memory.device_memory) is the device the sweep ran on.
+    emulated = next((r.spec.device_memory_limit for r in rs.memory_runs if r.spec.device_memory_limit), None)
+    device = plan.device or ""
+    device_bytes = emulated or device_memory(plan.environment, device)
+    fits = fit_sweep(rs.memory_runs, budgets, device_bytes)
+    if sweep is None or not sweep.confirm or device_bytes is None:
+        return fits, []
+    specs = []
+    for fit in fits:
+        swept = [r.spec for r in rs.memory_runs if group_key(r) == fit.subject]
+        held = [b for b in fit.budgets if b.largest_batch is not None and b.budget_bytes <= device_bytes
+                and (device == "cuda" or b.source == "suite")
+                and b.largest_batch not in {s.batch_size for s in swept}]  # a swept batch is measured already
+        if not held or not swept:
+            continue
+        budget = min(held, key=lambda b: b.budget_bytes)
+        like = max(swept, key=lambda s: s.batch_size or 0)
+        specs.append(like.model_copy(update={
+            "batch_size": budget.largest_batch, "confirms_budget": budget.budget_bytes,
+            # a suite's budget is a smaller card, emulated; the device's own (or the sweep's emulated
+            # card, which the sweep's runs carry) is the card itself
+            "device_memory_limit": budget.budget_bytes if device == "cuda" and budget.source == "suite"
+            else like.device_memory_limit}))
+    return fits, specs
+
+
+def _confirmation(fit: MemoryFit, budget: BudgetFit, result: RunResult) -> Confirmation:
+    predicted = fit.predict(budget.largest_batch or 0) or 0.0
+    found = Confirmation(run_id=result.run_id, batch=budget.largest_batch or 0, predicted_bytes=predicted)
+    if result.status == "completed" and result.peak_memory is not None:
+        found.peak_bytes = peak = float(result.peak_memory.value)
+        found.error = (peak - predicted) / predicted if predicted else None
+        found.fits = peak <= budget.budget_bytes
+        found.note = (f"confirmed at batch {found.batch}: peak {_mib(peak)}, {found.error:+.1%} from the line's "
+                      f"{_mib(predicted)}" if found.error is not None else f"peak {_mib(peak)}")
+        if not found.fits:
+            found.note += ", over the budget: the line understates the memory at this batch"
+    elif result.failure == FailureKind.OUT_OF_MEMORY:
+        found.fits = False
+        found.note = (f"did not fit at batch {found.batch}, the fitted largest: the line understates the memory there "
+                      f"({result.reason})")
+    else:
+        found.note = f"the confirming run at batch {found.batch} {result.status}: {result.reason}"
+    return found
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.1f} MiB"

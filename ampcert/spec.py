@@ -247,6 +247,9 @@ class MemorySweep(_Strict):
     batch_sizes: list[PositiveInt] = Field(min_length=3)
     budgets: list[ByteSize] = Field(default_factory=list)
     steps: int = Field(default=4, ge=2, le=1000)
+    # After the sweep, one run per entry and precision at the fitted largest batch of the smallest
+    # budget the device at hand holds (ampcert/memory.py: confirming_runs); false: the fit alone.
+    confirm: bool = True
     # On CUDA: each sweep run sees only this much of the GPU, as a smaller card would
     # (torch.cuda.set_per_process_memory_fraction); the default budget when `budgets` is empty.
     device_memory: ByteSize | None = None
@@ -528,6 +531,9 @@ class RunSpec(_Strict):
     batch_size: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
     # The GPU memory a sweep run may use (MemorySweep.device_memory): a smaller card, emulated.
     device_memory_limit: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The sweep's confirming run (ampcert.memory.confirming_runs): the budget, in bytes, whose
+    # fitted largest batch it trains at; planned after the sweep, never in plan.json. (Written only when set.)
+    confirms_budget: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @model_validator(mode="after")
     def _names_are_file_names(self) -> RunSpec:
@@ -596,18 +602,21 @@ class RunSpec(_Strict):
             ident["batch_size"] = self.batch_size
         if self.device_memory_limit is not None:
             ident["device_memory_limit"] = self.device_memory_limit
+        if self.confirms_budget is not None:
+            ident["confirms_budget"] = self.confirms_budget
         return ident
 
     @property
     def run_id(self) -> str:
         digest = hashlib.sha256(canonical_json(self.identity()).encode()).hexdigest()[:8]
         rep = f"-r{self.repeat}" if self.repeat else ""
-        batch = f"-b{self.batch_size}" if self.batch_size is not None else ""
+        batch = f"-b{self.batch_size}{'c' if self.confirms_budget else ''}" if self.batch_size is not None else ""
         return f"{self.label}-{self.precision}-{self.amp}-s{self.seed}{rep}{batch}-{digest}"
 
     @property
     def is_memory_sweep(self) -> bool:
-        """A run of the suite's memory sweep: its peak memory is its result, not its speed or accuracy."""
+        """A run of the suite's memory sweep (or its confirming run): its peak memory is its result,
+        not its speed or accuracy."""
         return self.batch_size is not None
 
 

@@ -4,6 +4,8 @@ unseen batch size."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import run_cli  # cold where the start matters; warm_cli elsewhere
 from factories import completed, failed, plan, warm_cli
@@ -150,6 +152,13 @@ def test_a_run_that_overflows_a_shrunk_card_does_not_fit_and_the_suite_goes_on(t
     for fit in fit_sweep(rs.memory_runs, device_bytes=2**30):
         assert [d.batch for d in fit.does_not_fit] == [65536]
         assert fit.budgets[0].largest_batch is not None and fit.budgets[0].largest_batch < 65536
+    # each precision's line tried at its largest batch within the 1 GiB card, limited to it: an
+    # answer either way (it fits, or it ran out of the card), never a crash
+    for fit in json.loads((out / "report.json").read_text())["memory"]:
+        [budget] = fit["budgets"]
+        found = budget["confirmation"]
+        assert found["batch"] == budget["largest_batch"] and found["fits"] is not None, found
+        print(fit["subject"]["precision"], found["note"])  # the figures for the note (pytest -s)
 
 
 def test_shrinking_a_cpu_is_refused_in_one_line(tmp_path, write_suite):
@@ -348,3 +357,110 @@ def test_nvmls_view_is_kept_beside_each_point_where_it_was_sampled():
     plain = fit_sweep([_measured(s, 100 * MiB, MiB) for s in specs])[0]
     assert all(p.device_used_bytes is None for p in plain.points)
     assert "device_used_bytes" not in plain.model_dump_json()  # absent, not null, without NVML
+
+
+# --------------------------------------------------------------------------- the confirming run
+
+
+def _sweep_folder(tmp_path, device: str, memory: dict, measured, extra=()):
+    """A results folder holding ``measured`` (the sweep, listed in plan.json, planned on
+    ``device`` with 16 GiB of host memory and an 80 GiB GPU), its suite.yaml's ``memory:``,
+    and ``extra`` results that no plan lists (confirming runs'); read back as a reader does."""
+    import yaml
+    from factories import write_results
+
+    from ampcert.report.model import stored_suite_doc
+    from ampcert.results import ResultsDir, atomic_write_json
+
+    root = write_results(tmp_path / f"{device}-folder", measured)
+    rd = ResultsDir(root)
+    stored = json.loads(rd.plan_file.read_text()) | {
+        "device": device, "environment": {"cpu": {"memory_bytes": 16 * 2**30},
+                                          "gpu": {"devices": [{"memory_bytes": 80 * 2**30}]}}}
+    atomic_write_json(rd.plan_file, stored)
+    rd.suite_file.write_text(yaml.safe_dump({"name": "t", "memory": memory}))
+    for result in extra:
+        atomic_write_json(rd.result_file(result.run_id), result)
+    return load(root), rd.read_plan(), stored_suite_doc(rd.suite_file.read_text())
+
+
+def _lines(device: str):
+    """fp32 200 MiB + 1 MiB a sample, bf16 200 MiB + 0.5 MiB a sample, at 16, 32 and 64."""
+    specs = plan({"name": "t", "device": device, "precisions": ["fp32", "bf16"], "train": {"steps": 20},
+                  "memory": {"batch_sizes": [16, 32, 64]}, "workloads": [{"workload": "digits"}]}, device=device)
+    return [_measured(s, 200 * MiB, (1 if s.precision == "fp32" else 0.5) * MiB) for s in specs if s.is_memory_sweep]
+
+
+def test_the_confirming_run_tries_the_smallest_budget_the_device_holds_and_is_read_back(tmp_path):
+    from ampcert.memory import confirming_runs, folder_fits
+
+    memory = {"batch_sizes": [16, 32, 64], "budgets": ["1GiB", "512MiB", "64GiB"]}  # 64 GiB: more than this host
+    rs, stored, doc = _sweep_folder(tmp_path, "cpu", memory, _lines("cpu"))
+    specs = confirming_runs(rs, stored, doc)
+    # (512 - 200) MiB at 1 MiB a sample (fp32) and at 0.5 MiB (bf16); not limited on a CPU
+    assert [(s.precision, s.batch_size, s.confirms_budget, s.device_memory_limit) for s in specs] == [
+        ("fp32", 312, 512 * MiB, None), ("bf16", 624, 512 * MiB, None)]
+    assert all(s.run_id.startswith(f"digits-{s.precision}-native-s0-b{s.batch_size}c-") for s in specs)
+    assert [s.run_id for s in confirming_runs(rs, stored, doc)] == [s.run_id for s in specs]  # derived, stable
+    fp32, bf16 = specs
+    ran = [completed(fp32, final_metric=0.5, peak_memory=(200 + 312 - 4) * MiB),
+           failed(bf16, "does not fit: out of cuda memory at batch 624", failure=FailureKind.OUT_OF_MEMORY)]
+    rs, stored, doc = _sweep_folder(tmp_path / "ran", "cpu", memory, _lines("cpu"), extra=ran)
+    fits = folder_fits(rs, stored, doc)
+    confirmed = {(str(f.subject), b.budget_bytes): b.confirmation for f in fits for b in f.budgets}
+    held = confirmed["digits/torch/native/fp32", 512 * MiB]
+    assert (held.batch, held.fits, held.peak_bytes) == (312, True, 508 * MiB)
+    assert held.error == pytest.approx(-4 / 512) and held.note.startswith("confirmed at batch 312: peak 508.0 MiB, -0.8%")
+    refused = confirmed["digits/torch/native/bf16", 512 * MiB]
+    assert (refused.fits, refused.peak_bytes) == (False, None) and "did not fit at batch 624" in refused.note
+    assert confirmed["digits/torch/native/fp32", 2**30] is None  # one confirming run per subject
+
+
+def test_a_cpus_own_memory_is_not_confirmed_a_cuda_device_is_and_confirm_false_leaves_the_fit_alone(tmp_path):
+    from ampcert.memory import confirming_runs
+
+    cpu = _sweep_folder(tmp_path, "cpu", {"batch_sizes": [16, 32, 64]}, _lines("cpu"))
+    assert confirming_runs(*cpu) == []  # the host's memory, shared with everything on it
+    cuda = _sweep_folder(tmp_path, "cuda", {"batch_sizes": [16, 32, 64]}, _lines("cuda"))
+    # the device's own 80 GiB: the card itself is the limit
+    assert [(s.batch_size, s.confirms_budget, s.device_memory_limit) for s in confirming_runs(*cuda)] == [
+        ((80 * 1024 - 200), 80 * 2**30, None), ((80 * 1024 - 200) * 2, 80 * 2**30, None)]
+    # a suite's 24 GiB on it: a smaller card, emulated (set_per_process_memory_fraction in the worker)
+    card = _sweep_folder(tmp_path / "card", "cuda", {"batch_sizes": [16, 32, 64], "budgets": ["24GiB"]}, _lines("cuda"))
+    assert [(s.batch_size, s.device_memory_limit) for s in confirming_runs(*card)] == [
+        ((24 * 1024 - 200), 24 * 2**30), ((24 * 1024 - 200) * 2, 24 * 2**30)]
+    off = _sweep_folder(tmp_path / "off", "cuda", {"batch_sizes": [16, 32, 64], "confirm": False}, _lines("cuda"))
+    assert confirming_runs(*off) == []
+
+
+CONFIRM_SUITE = """\
+name: memory-confirm
+device: cpu
+precisions: [fp32]
+memory: {batch_sizes: [8, 16, 32], budgets: [400MiB], steps: 2}
+workloads:
+  - workload: gpt
+    params: {size: tiny}
+    train: {steps: 2}
+"""
+
+
+def test_a_cpu_sweep_is_confirmed_at_its_fitted_batch_after_the_sweep_and_once(tmp_path, write_suite):
+    """Real runs: after the sweep, one run at the batch the line puts within 400 MiB (gpt tiny's
+    fixed bytes are about 320 MiB here: about 2.5x the largest batch swept); its peak within 10%
+    of the line's, in the report and the printed table; `--resume` runs nothing again."""
+    out = tmp_path / "out"
+    proc = warm_cli("run", write_suite(CONFIRM_SUITE), "--out", out, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "memory: confirming the fit's largest batch within 400.0 MiB: gpt-fp32-native-s0-b" in proc.stdout
+    report = json.loads((out / "report.json").read_text())
+    [fit] = report["memory"]
+    [budget] = fit["budgets"]
+    found = budget["confirmation"]
+    assert found["batch"] == budget["largest_batch"] > 32 and found["fits"] is not None, found
+    assert abs(found["error"]) < 0.1, found  # the line holds where it was not measured
+    assert "400.0 MiB: confirmed at batch" in " ".join(proc.stdout.split())  # the table's footnote, wrapped
+    files = {p: p.read_bytes() for p in (out / "runs").rglob("result.json")}
+    again = warm_cli("run", "--resume", out)
+    assert again.returncode == 0 and "confirming" not in again.stdout, again.stdout + again.stderr
+    assert {p: p.read_bytes() for p in (out / "runs").rglob("result.json")} == files

@@ -18,6 +18,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from ampcert import formats
 from ampcert.console import Output
 
 
@@ -55,6 +56,10 @@ class RunProgress:
             if done:
                 self.console.print(f"resuming: {done} of {self.total} runs already have results")
             self.suite_task = self.progress.add_task("runs", total=self.total, completed=done)
+        elif kind == "confirm":  # the memory sweep is fitted: its line tried at the largest batch it allows
+            for run_id, budget in event["runs"]:
+                self.console.print(f"memory: confirming the fit's largest batch within {formats.budget(budget)}: "
+                                   f"{run_id}", markup=False, highlight=False, soft_wrap=True)
         elif kind == "start":
             self._drop(event["run_id"])
             where = f" on {event['node']}" if event.get("node") else ""

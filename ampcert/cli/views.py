@@ -117,6 +117,8 @@ def print_memory(console: Console, fits: list[dict]) -> None:
                      "" if not saving else f"{saving['fraction']:.0%}"])
         notes = [f["note"]] if f.get("note") else []
         notes += [f"{formats.budget(b['budget_bytes'])}: {b['note']}" for b in f["budgets"] if b.get("note")]
+        notes += [f"{formats.budget(b['budget_bytes'])}: {b['confirmation']['note']}" for b in f["budgets"]
+                  if b.get("confirmation")]
         if notes:
             footnotes.append(f"{subject['workload']} {subject['precision']}: {'; '.join(notes)}")
     methods = sorted({f["method"] for f in fits if f.get("method")})

@@ -26,13 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from ampcert.aggregate import Aggregate, aggregate, steady
 from ampcert.certify.checks import Certificate
 from ampcert.envinfo import CPU_FLAGS_OF_INTEREST
-from ampcert.memory import MemoryFit, device_memory, fit_sweep
+from ampcert.memory import MemoryFit, folder_fits
 from ampcert.plan import CapacityPlan, capacity_plan
 from ampcert.resources import schema_path
 from ampcert.results import ResultsDir, ResultSet, RunResult
-from ampcert.spec import MemorySweep
 from ampcert.steady_state import SteadyState
-from ampcert.stored_plan import StoredPlan
 from ampcert.version import __version__
 from ampcert.vocabulary import Status
 
@@ -335,7 +333,7 @@ def build_report(rs: ResultSet) -> Report:
     rd = ResultsDir(rs.root)
     plan = rd.read_plan()
     suite_text = rd.suite_file.read_text(encoding="utf-8") if rd.suite_file.exists() else ""
-    doc = _suite_doc(suite_text)
+    doc = stored_suite_doc(suite_text)
     description = str(doc.get("description", ""))
     cert = None
     if rd.verdicts_file.exists():
@@ -372,7 +370,7 @@ def build_report(rs: ResultSet) -> Report:
         steady_state={r.run_id: found for r in runs if r.status == "completed" and (found := steady(r))},
         not_measured=_not_measured(runs, plan.capabilities or {}),
         capacity=_capacity(runs),
-        memory=_memory(rs, plan, doc), memory_missing_runs=sorted(rs.memory_missing),
+        memory=folder_fits(rs, plan, doc), memory_missing_runs=sorted(rs.memory_missing),
     )
     # Install paths, wherever the stored results carry one (policy and rule sources, data
     # provenance, messages); the suite's text stays as given, its sha256 is over those bytes.
@@ -380,7 +378,7 @@ def build_report(rs: ResultSet) -> Report:
     return Report.model_validate({**portable_tree(data), "suite": report.suite})
 
 
-def _suite_doc(suite_text: str) -> dict[str, Any]:
+def stored_suite_doc(suite_text: str) -> dict[str, Any]:
     """The stored suite.yaml as a mapping ({} where it is absent or unreadable)."""
     try:
         import yaml
@@ -391,29 +389,13 @@ def _suite_doc(suite_text: str) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _memory(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str, Any]) -> list[MemoryFit]:
-    """The sweep's fits, against the suite's budgets (plan.json stores the suite's name only,
-    so they are read from the stored suite.yaml) or else the device's own memory."""
-    if not rs.memory_runs:
-        return []
-    budgets: list[int] = []
-    if isinstance(suite_doc.get("memory"), dict):
-        try:
-            budgets = [int(b) for b in MemorySweep.model_validate(suite_doc["memory"]).budgets]
-        except ValueError:  # valid when it was run; a suite edited since falls back to the device's memory
-            budgets = []
-    # An emulated smaller card (memory.device_memory) is the device the sweep ran on.
-    emulated = next((r.spec.device_memory_limit for r in rs.memory_runs if r.spec.device_memory_limit), None)
-    return fit_sweep(rs.memory_runs, budgets, emulated or device_memory(plan.environment, plan.device or ""))
-
-
 def memory_fits(rs: ResultSet) -> list[MemoryFit]:
     """The memory sweep's fits for a results folder (report.json's ``memory``), for the summary."""
     rd = ResultsDir(rs.root)
     if not rs.memory_runs:
         return []
     suite_text = rd.suite_file.read_text(encoding="utf-8") if rd.suite_file.exists() else ""
-    return _memory(rs, rd.read_plan(), _suite_doc(suite_text))
+    return folder_fits(rs, rd.read_plan(), stored_suite_doc(suite_text))
 
 
 def _capacity(runs: list[RunResult]) -> CapacityPlan | None:

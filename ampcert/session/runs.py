@@ -145,6 +145,9 @@ def _execute(root: Path, runs: list[RunSpec], executor: Executor, *, rules: str 
                 executor.check(todo, fleet.run_cpus)  # a resumed folder's framework may be missing here
             run_fleet(root, todo, executor, retries=fleet.run_retries, cpus_per_run=fleet.run_cpus,
                       total=len(runs), on_event=emit)
+            # A shard holds part of the sweep: confirmed where the merged folder is resumed.
+            if not shard and any(spec.is_memory_sweep for spec in runs):
+                _confirm_memory(root, executor, retry_failed, emit, fleet)
             done = finish_locked(root, rules=rules, certify=bool(rules) and not certify_later, sign_key=sign_key)
         except WriteFailed as exc:
             # Once runs have started, a write that fails (a full disk) fails the command as a
@@ -152,6 +155,29 @@ def _execute(root: Path, runs: list[RunSpec], executor: Executor, *, rules: str 
             # `--resume` goes on once there is space.
             raise exc.during_runs() from None
     return replace(done, shard=shard, planned=planned, ran=len(runs), certify_later=certify_later)
+
+
+def _confirm_memory(root: Path, executor: Executor, retry_failed: bool, emit: OnEvent, fleet: FleetOptions) -> None:
+    """The memory sweep's confirming runs (one per subject at its fitted largest batch,
+    ampcert.memory.confirming_runs), derived from the stored sweep, through the same driver."""
+    from ampcert.memory import confirming_runs
+    from ampcert.report.model import stored_suite_doc
+    from ampcert.results import ResultsDir, load
+    from ampcert.runner.fleet import run_fleet
+    from ampcert.runner.planning import pending_runs
+
+    rd = ResultsDir(root)
+    rs = load(root)
+    suite_text = rd.suite_file.read_text(encoding="utf-8") if rd.suite_file.exists() else ""
+    confirm = confirming_runs(rs, rd.read_plan(), stored_suite_doc(suite_text))
+    todo = pending_runs(rd, confirm, retry_failed, emit)
+    if not todo:
+        return
+    emit({"kind": "confirm", "runs": [(spec.run_id, spec.confirms_budget) for spec in todo]})
+    if fleet.local:
+        executor.check(todo, fleet.run_cpus)
+    run_fleet(root, todo, executor, retries=fleet.run_retries, cpus_per_run=fleet.run_cpus,
+              total=len(confirm), on_event=emit)
 
 
 def run_suite(suite: str | Path, out: str | Path | None = None, *, shard: str | None = None,
