@@ -287,9 +287,9 @@ def confirming_runs(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str, Any]) 
     """The runs that confirm a finished sweep: per subject, one at the fitted largest batch of the
     smallest budget the device at hand holds, on CUDA limited to that budget (a suite's budget is
     a smaller card, emulated as the sweep's ``device_memory`` is), so that a line that understates
-    the memory runs out of it there. A CPU's
-    own memory is not confirmed (the host's, shared with everything on it; a suite's budgets
-    are). Derived from the stored results, the same on every call: `--resume` finds them done."""
+    the memory runs out of it there. A CPU's own memory is not confirmed (the host's, shared with
+    everything on it; a suite's budgets are). Derived from the stored results, the same on every
+    call: `--resume` finds them done."""
     return _fits_and_confirmations(rs, plan, suite_doc)[1]
 
 
@@ -332,10 +332,10 @@ def _confirmation(fit: MemoryFit, budget: BudgetFit, result: RunResult) -> Confi
         found.peak_bytes = peak = float(result.peak_memory.value)
         found.error = (peak - predicted) / predicted if predicted else None
         found.fits = peak <= budget.budget_bytes
-        found.note = (f"confirmed at batch {found.batch}: peak {_mib(peak)}, {found.error:+.1%} from the line's "
-                      f"{_mib(predicted)}" if found.error is not None else f"peak {_mib(peak)}")
-        if not found.fits:
-            found.note += ", over the budget: the line understates the memory at this batch"
+        found.note = f"tried at batch {found.batch}: peak {_mib(peak)}" + (
+            f", {found.error:+.1%} from the line's {_mib(predicted)}" if found.error is not None else "")
+        found.note += (", within the budget" if found.fits
+                       else ", over the budget: the line understates the memory at this batch")
     elif result.failure == FailureKind.OUT_OF_MEMORY:
         found.fits = False
         found.note = (f"did not fit at batch {found.batch}, the fitted largest: the line understates the memory there "

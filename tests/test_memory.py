@@ -410,7 +410,8 @@ def test_the_confirming_run_tries_the_smallest_budget_the_device_holds_and_is_re
     confirmed = {(str(f.subject), b.budget_bytes): b.confirmation for f in fits for b in f.budgets}
     held = confirmed["digits/torch/native/fp32", 512 * MiB]
     assert (held.batch, held.fits, held.peak_bytes) == (312, True, 508 * MiB)
-    assert held.error == pytest.approx(-4 / 512) and held.note.startswith("confirmed at batch 312: peak 508.0 MiB, -0.8%")
+    assert held.error == pytest.approx(-4 / 512)
+    assert held.note == "tried at batch 312: peak 508.0 MiB, -0.8% from the line's 512.0 MiB, within the budget"
     refused = confirmed["digits/torch/native/bf16", 512 * MiB]
     assert (refused.fits, refused.peak_bytes) == (False, None) and "did not fit at batch 624" in refused.note
     assert confirmed["digits/torch/native/fp32", 2**30] is None  # one confirming run per subject
@@ -459,7 +460,7 @@ def test_a_cpu_sweep_is_confirmed_at_its_fitted_batch_after_the_sweep_and_once(t
     found = budget["confirmation"]
     assert found["batch"] == budget["largest_batch"] > 32 and found["fits"] is not None, found
     assert abs(found["error"]) < 0.1, found  # the line holds where it was not measured
-    assert "400.0 MiB: confirmed at batch" in " ".join(proc.stdout.split())  # the table's footnote, wrapped
+    assert "400.0 MiB: tried at batch" in " ".join(proc.stdout.split())  # the table's footnote, wrapped
     files = {p: p.read_bytes() for p in (out / "runs").rglob("result.json")}
     again = warm_cli("run", "--resume", out)
     assert again.returncode == 0 and "confirming" not in again.stdout, again.stdout + again.stderr
