@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ampcert import formats
 from ampcert.aggregate import REFERENCE, TABLE_ORDER, group_key
 from ampcert.results import FailureKind, ResultsDir, ResultSet, RunResult
 from ampcert.spec import MemorySweep, RunSpec
@@ -269,17 +270,12 @@ def sweep_of(suite_doc: dict[str, Any]) -> MemorySweep | None:
 def folder_fits(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str, Any]) -> list[MemoryFit]:
     """The sweep's fits of a results folder, against the suite's budgets or else the device's own
     memory, each budget with its confirming run where one ran (:func:`confirming_runs`)."""
-    fits, specs = _fits_and_confirmations(rs, plan, suite_doc)
+    fits, confirming = _fits_and_confirmations(rs, plan, suite_doc)
     rd = ResultsDir(rs.root)
-    for spec in specs:
+    for fit, budget, spec in confirming:
         result = rd.read_result(spec.run_id)
-        if result is None:
-            continue
-        for fit in fits:
-            for budget in fit.budgets:
-                if (budget.confirmation is None and budget.budget_bytes == spec.confirms_budget
-                        and fit.subject == group_key(result) and budget.largest_batch == spec.batch_size):
-                    budget.confirmation = _confirmation(fit, budget, result)
+        if result is not None:
+            budget.confirmation = _confirmation(fit, budget, result)
     return fits
 
 
@@ -290,11 +286,12 @@ def confirming_runs(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str, Any]) 
     the memory runs out of it there. A CPU's own memory is not confirmed (the host's, shared with
     everything on it; a suite's budgets are). Derived from the stored results, the same on every
     call: `--resume` finds them done."""
-    return _fits_and_confirmations(rs, plan, suite_doc)[1]
+    return [spec for _, _, spec in _fits_and_confirmations(rs, plan, suite_doc)[1]]
 
 
 def _fits_and_confirmations(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str, Any]
-                            ) -> tuple[list[MemoryFit], list[RunSpec]]:
+                            ) -> tuple[list[MemoryFit], list[tuple[MemoryFit, BudgetFit, RunSpec]]]:
+    """The fits, and each confirming run with the fit and the budget it confirms."""
     if not rs.memory_runs:
         return [], []
     sweep = sweep_of(suite_doc)
@@ -306,7 +303,7 @@ def _fits_and_confirmations(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str
     fits = fit_sweep(rs.memory_runs, budgets, device_bytes)
     if sweep is None or not sweep.confirm or device_bytes is None:
         return fits, []
-    specs = []
+    confirming = []
     for fit in fits:
         swept = [r.spec for r in rs.memory_runs if group_key(r) == fit.subject]
         held = [b for b in fit.budgets if b.largest_batch is not None and b.budget_bytes <= device_bytes
@@ -316,13 +313,13 @@ def _fits_and_confirmations(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str
             continue
         budget = min(held, key=lambda b: b.budget_bytes)
         like = max(swept, key=lambda s: s.batch_size or 0)
-        specs.append(like.model_copy(update={
+        confirming.append((fit, budget, like.model_copy(update={
             "batch_size": budget.largest_batch, "confirms_budget": budget.budget_bytes,
             # a suite's budget is a smaller card, emulated; the device's own (or the sweep's emulated
             # card, which the sweep's runs carry) is the card itself
             "device_memory_limit": budget.budget_bytes if device == "cuda" and budget.source == "suite"
-            else like.device_memory_limit}))
-    return fits, specs
+            else like.device_memory_limit})))
+    return fits, confirming
 
 
 def _confirmation(fit: MemoryFit, budget: BudgetFit, result: RunResult) -> Confirmation:
@@ -332,8 +329,8 @@ def _confirmation(fit: MemoryFit, budget: BudgetFit, result: RunResult) -> Confi
         found.peak_bytes = peak = float(result.peak_memory.value)
         found.error = (peak - predicted) / predicted if predicted else None
         found.fits = peak <= budget.budget_bytes
-        found.note = f"tried at batch {found.batch}: peak {_mib(peak)}" + (
-            f", {found.error:+.1%} from the line's {_mib(predicted)}" if found.error is not None else "")
+        found.note = f"tried at batch {found.batch}: peak {formats.size(peak)}" + (
+            f", {found.error:+.1%} from the line's {formats.size(predicted)}" if found.error is not None else "")
         found.note += (", within the budget" if found.fits
                        else ", over the budget: the line understates the memory at this batch")
     elif result.failure == FailureKind.OUT_OF_MEMORY:
@@ -343,7 +340,3 @@ def _confirmation(fit: MemoryFit, budget: BudgetFit, result: RunResult) -> Confi
     else:
         found.note = f"the confirming run at batch {found.batch} {result.status}: {result.reason}"
     return found
-
-
-def _mib(n: float) -> str:
-    return f"{n / 2**20:.1f} MiB"

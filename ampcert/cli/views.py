@@ -431,7 +431,8 @@ def _print_energy(console: Console, folder, energy) -> None:
         return
     kinds = ", ".join(energy.measurement_types) or "measurement type not stated"
     rate = f"{1 / energy.sampling_interval_s:.2g} Hz" if energy.sampling_interval_s else "sampling rate unknown"
-    if energy.per_run()[0] is None:
+    no_figure = energy.per_run()[0] is None
+    if no_figure:
         line(console, f"{folder}: energy to train: no figure ({energy.no_figure}); {kinds}, {rate}")
     else:
         line(console, f"{folder}: energy to train per run: {_energy_figures(energy)}; {kinds}, {rate}")
@@ -439,7 +440,7 @@ def _print_energy(console: Console, folder, energy) -> None:
     for run in energy.runs:
         if run.refused and run.minutes is not None:
             line(console, f"{folder}: {run.file}: no energy: {run.refused}")
-        elif energy.per_run()[0] is None and run.nodes_joules is not None:  # no benchmark figure: each run's
+        elif no_figure and run.nodes_joules is not None:  # no benchmark figure: each run's
             why = against_mlperf(run.switches_measured, run.switches_estimated, run.switches_unknown)
             line(console, f"{folder}: {run.file}: energy {_energy_figures(run)} ({why})")
 
