@@ -9,10 +9,15 @@ shapes). One thread (``torch.set_num_threads(1)``); each variant runs the same c
   (autocast casts them once per region, through its weight cache); ``linear`` is cast to
   the low dtype, ``relu`` is in no family and runs as it is;
 * ``mixed``: ``linear`` then ``add`` (promote) of an fp32 tensor and ``softmax`` (fp32);
+* ``einsum+relu``: ``relu(einsum("ij,kj->ik", x, w))``; ``einsum`` is in ampcert's CPU
+  policy and in no native list (natively its inner ``bmm`` is cast), so ampcert's own
+  kernel at the dispatcher's Autocast key decides it: the cost of an op where a policy
+  differs from native;
 
 each under no autocast (``none``), ``torch.autocast("cpu", torch.bfloat16)`` (``native``),
 a TorchFunctionMode that only calls the op (``mode-only``: the floor of any autocast built
-on one, as ampcert's is) and ``ampcert.amp.autocast("cpu", torch.bfloat16)`` (``ampcert``),
+on one, as ampcert's Python engine is) and ``ampcert.amp.autocast("cpu", torch.bfloat16)``
+(``ampcert``: the dispatcher engine, native's kernels for ``linear``, ``add``, ``softmax``),
 the region entered once
 around a chain of ``--ops`` ops, outside the timed loop's per-op cost. After a warm-up,
 ``--rounds`` rounds run the variants back to back, the order rotating each round; reported:
@@ -25,7 +30,7 @@ it is a measurement, not a test. Run from the repository root::
 
     .venv/bin/python benchmarks/dispatch_overhead.py [--rounds 15] [--ops 3000] [--json out.json]
 
-About 20 s with the defaults.
+About 30 s with the defaults.
 """
 
 from __future__ import annotations
@@ -78,7 +83,15 @@ def chains(ops: int) -> dict[str, tuple[Callable[[], object], int]]:
                 y = torch.softmax(F.linear(y, w, b) + r, dim=-1)
         return y
 
-    return {"linear+relu": (linear_relu, 2 * pairs), "mixed": (mixed, 3 * triples)}
+    def kernel_op() -> object:
+        y = x
+        with torch.no_grad():
+            for _ in range(pairs):
+                y = torch.relu(torch.einsum("ij,kj->ik", y, w))
+        return y
+
+    return {"linear+relu": (linear_relu, 2 * pairs), "mixed": (mixed, 3 * triples),
+            "einsum+relu": (kernel_op, 2 * pairs)}
 
 
 class PassThrough(TorchFunctionMode):

@@ -164,3 +164,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (run `nox -s gpu` on a GPU machine)"))
         if "browser" in item.keywords and no_browser:
             item.add_marker(pytest.mark.skip(reason="needs Chromium (apt-get install chromium; nox -s browser)"))
+
+
+@pytest.fixture
+def python_engine(monkeypatch):
+    """Every ampcert torch region decided by the Python engine (the TorchFunctionMode), never
+    by the dispatcher's kernels (amp/torch_autocast_kernels.py): for the tests of what only
+    the Python engine does (its weight cache, its fast path, the nn.RNN decomposition, its
+    trace under torch.compile)."""
+    from ampcert.amp import torch_autocast
+
+    monkeypatch.setattr(torch_autocast, "_dispatcher_serial", lambda key: -1)

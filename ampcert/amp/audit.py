@@ -48,15 +48,17 @@ from .audit_samples import (
     SAMPLES_FILE,
     Builder,
     Inputs,
-    SampleError,
     load_samples,
     read_data,
 )
 from .policy import FAMILIES, OpPolicy, load_policy, shipped_policy
 from .torch_autocast import autocast
+from .torch_autocast_kernels import KNOWN_DIVERGENCES, NATIVE_REFERENCE
 from .torch_ops import OP_TORCH_VERSIONS, op_in_torch, torch_version
 
 __all__ = [
+    "KNOWN_DIVERGENCES",
+    "NATIVE_REFERENCE",
     "AuditRow",
     "SAMPLES",
     "audit_torch",
@@ -87,45 +89,21 @@ class AuditRow:
 # ---------------------------------------------------------------------------
 # the data: sample inputs and what native autocast does
 # ---------------------------------------------------------------------------
-REFERENCE_FILE = "torch_autocast_reference.yaml"
-
-
-def _read_reference() -> tuple[dict[str, dict[str, tuple[str, ...]]], dict[str, dict[str, str]]]:
-    data = read_data(REFERENCE_FILE)
-    where = DATA_DIR / REFERENCE_FILE
-    try:
-        native = {dev: {fam: tuple(ops) for fam, ops in fams.items()}
-                  for dev, fams in data["native_reference"].items()}
-        known = {dev: dict(ops) for dev, ops in data["known_divergences"].items()}
-    except (TypeError, KeyError, AttributeError) as exc:
-        raise SampleError(f"{where}: expected native_reference: {{device: {{family: [op, ...]}}}} and "
-                          f"known_divergences: {{device: {{op: why}}}}, got {type(exc).__name__}: {exc}") from None
-    for dev, fams in native.items():
-        if set(fams) != set(FAMILIES) or not all(isinstance(op, str) for ops in fams.values() for op in ops):
-            raise SampleError(f"{where}: native_reference.{dev}: expected op-name lists for the families "
-                              f"{list(FAMILIES)}, got {sorted(fams)}")
-    return native, known
-
-
 #: op -> builders. Each builder takes an :class:`Inputs` and returns a thunk that
 #: calls a public torch entry point (inputs are created before any region opens).
 #: Read from ``ampcert/amp/data/torch_audit_samples.yaml``.
 SAMPLES: dict[str, tuple[Builder, ...]] = load_samples(read_data(SAMPLES_FILE), str(DATA_DIR / SAMPLES_FILE))
 
-_REFERENCE = _read_reference()
-
-#: The native op lists per device type and family (``aten/src/ATen/autocast_mode.cpp``),
-#: spelled with the dispatcher's names: what :func:`coverage` measures a policy against.
-#: The union over the supported torch range: ops that only some releases have are in
-#: OP_TORCH_VERSIONS. tests/amp/test_audit.py checks the op sets (not the families)
-#: against the AutocastCPU/AutocastCUDA kernels of the installed torch's dispatcher.
-#: Read from ``ampcert/amp/data/torch_autocast_reference.yaml``.
-NATIVE_REFERENCE: dict[str, dict[str, tuple[str, ...]]] = _REFERENCE[0]
-
-#: Ops whose native behaviour no policy family reproduces exactly (native casts
-#: *inside* a composite with mixed decisions), per device type: op -> why. Reported
-#: by the ``unlisted`` audit. Read from the same file.
-KNOWN_DIVERGENCES: dict[str, dict[str, str]] = _REFERENCE[1]
+# NATIVE_REFERENCE: the native op lists per device type and family
+# (``aten/src/ATen/autocast_mode.cpp``), spelled with the dispatcher's names: what
+# :func:`coverage` measures a policy against. The union over the supported torch range:
+# ops that only some releases have are in OP_TORCH_VERSIONS. tests/amp/test_audit.py
+# checks the op sets (not the families) against the AutocastCPU/AutocastCUDA kernels of
+# the installed torch's dispatcher. KNOWN_DIVERGENCES: ops whose native behaviour no
+# policy family reproduces exactly on the Python engine (native casts *inside* a
+# composite with mixed decisions), per device type: op -> why; reported by the
+# ``unlisted`` audit. Both read from ``ampcert/amp/data/torch_autocast_reference.yaml``
+# by :mod:`.torch_autocast_kernels`, whose kernels stand in for native's with them.
 
 
 def sample_ops() -> tuple[str, ...]:

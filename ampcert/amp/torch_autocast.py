@@ -1,24 +1,39 @@
-"""ampcert's autocast: a policy-driven mirror of ``torch.autocast`` in Python.
+"""ampcert's autocast: a policy-driven mirror of ``torch.autocast``, on two engines.
 
-Built on :class:`torch.overrides.TorchFunctionMode`, which (like native autocast)
-sits *above* autograd: casts made here are recorded by autograd, so backward runs
-in the forward dtype, and the cast decisions come from an :class:`OpPolicy`
-(YAML) instead of a C++ op list.
+An :class:`OpPolicy` (YAML) decides which ops are cast, instead of native's C++ op lists.
+Each region is decided by one of two engines, which decide alike (the audit checks both):
+
+* **the dispatcher engine** (:mod:`.torch_autocast_kernels`), wherever the policy can be
+  said at the dispatcher: the region turns native autocast on, native's C++ kernels cast
+  every op the policy puts in native's family, and ampcert's kernels at the Autocast key
+  decide the ops where it differs. An op costs what it costs under ``torch.autocast``
+  unless the policy differs on it (``benchmarks/dispatch_overhead.py``), and a region
+  traces under torch.compile as ``torch.autocast`` does;
+* **the Python engine** (this module): a :class:`torch.overrides.TorchFunctionMode`,
+  for a policy that names a Python function rather than an ATen op, a device type
+  without native autocast, and regions opened inside one of its own (``_AmpcertMode``,
+  below).
+
+Both sit above autograd: casts are recorded by autograd, so backward runs in the forward
+dtype.
 
 Where things are
 ----------------
-* this module: the public :class:`autocast`, the per-thread region stack, the
-  mode's dispatch (below) and the casts themselves, with the weight cache;
+* this module: the public :class:`autocast` (which engine decides a region, its entry
+  and exit), the Python engine's dispatch (below), and introspection;
+* :mod:`.torch_autocast_state`: the per-thread region stack and the casts, with the
+  weight cache, that both engines share;
+* :mod:`.torch_autocast_kernels`: the dispatcher engine;
 * :mod:`.torch_autocast_families`: the :class:`~.torch_autocast_families.Family`
   enum and the dispatch table, one handler per family deciding what a call is
-  cast to;
+  cast to (both engines use it);
 * :mod:`.torch_autocast_tracing`: re-entrant clones of torch's Python composites
-  and what torch.compile needs of them;
+  and what torch.compile needs of them (the Python engine);
 * :mod:`.torch_ops` (names of torch callables) and :mod:`.torch_rnn` (nn.RNN/GRU).
 
-How calls are intercepted and mapped
-------------------------------------
-Inside a region every overridable torch entry point reaches
+How the Python engine intercepts and maps calls
+-----------------------------------------------
+Inside its region every overridable torch entry point reaches
 ``_AmpcertMode.__torch_function__``: ``torch.*`` functions, ``torch.nn.functional.*``
 (C builtins and Python functions), ``torch.linalg/fft/special.*``, Tensor methods
 and operators (``x @ w`` arrives as ``Tensor.matmul``, ``x ** 2`` as ``pow``).
@@ -49,7 +64,10 @@ In-place ops (never in a policy) and ``out=`` calls are not cast. Weight cache:
 fp32 leaf tensors that require grad (not views) are cast to the low-precision dtype
 once per outermost region and reused, like native; a cached cast is dropped when
 the source tensor's ``_version`` changes (in-place update) and is not reused in
-grad mode if it was made under ``no_grad``.
+grad mode if it was made under ``no_grad``. (On the dispatcher engine the ops native's
+kernels decide use native's cache, which keeps a cast made before an in-place update
+until the outermost region ends, as under ``torch.autocast``: step the optimizer outside
+the region, as torch's docs ask.)
 
 This module imports only torch, the standard library and its ``ampcert.amp``
 siblings. It re-exports the op-name registry of :mod:`.torch_ops`
@@ -59,9 +77,7 @@ siblings. It re-exports the op-name registry of :mod:`.torch_ops`
 from __future__ import annotations
 
 import functools
-import threading
 import types
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -71,7 +87,16 @@ from torch.overrides import TorchFunctionMode
 
 from .policy import OpPolicy, load_policy, shipped_policy
 from .precision import LOW_PRECISIONS, dtype_name
-from .torch_autocast_families import BCE_BANNED_MESSAGE, Family, Region, eligible, iter_tensors
+from .torch_autocast_families import BCE_BANNED_MESSAGE, Family, Region, iter_tensors
+from .torch_autocast_kernels import close_region as _close_region
+from .torch_autocast_kernels import open_region as _open_region
+from .torch_autocast_kernels import serial_of
+from .torch_autocast_state import ELIGIBLE_DTYPES as _ELIGIBLE_DTYPES
+from .torch_autocast_state import SEQUENCES as _SEQUENCES
+from .torch_autocast_state import STATE as _STATE
+from .torch_autocast_state import State as _State
+from .torch_autocast_state import cast_arg as _cast_arg
+from .torch_autocast_state import cast_eligible as _cast_eligible
 from .torch_autocast_tracing import Tracing
 from .torch_autocast_tracing import compiling as _compiling
 from .torch_ops import (
@@ -168,27 +193,6 @@ def _region_key(device_type: str, dtype: torch.dtype, policy: OpPolicy, enabled:
     return key
 
 
-class _State(threading.local):
-    """Per thread: the open regions, the weight cache and its counters."""
-
-    def __init__(self) -> None:
-        self.stack: list[Region] = []
-        self.active: tuple[Region, ...] = ()  # innermost region per device type, enabled only
-        self.cache: dict[tuple[int, torch.dtype], tuple] = {}
-        self.pending: Any = None  # the composite whose clone is running (see the mode)
-        self.casts = 0
-        self.cache_hits = 0
-
-    def refresh(self) -> None:
-        seen: dict[str, Region] = {}
-        for region in reversed(self.stack):
-            seen.setdefault(region.device_type, region)
-        self.active = tuple(r for r in seen.values() if r.enabled)
-
-
-_STATE = _State()
-
-
 def _pick_region(active: tuple[Region, ...], args: tuple, kwargs: dict) -> Region | None:
     if len(active) == 1:
         return active[0]
@@ -202,66 +206,11 @@ def _pick_region(active: tuple[Region, ...], args: tuple, kwargs: dict) -> Regio
 
 
 # ---------------------------------------------------------------------------
-# casting, with the weight cache
-# ---------------------------------------------------------------------------
-def _cast(t: torch.Tensor, to: torch.dtype, region: Region, st: _State, compiling: bool) -> torch.Tensor:
-    if not eligible(t, region.device_type) or t.dtype is to:
-        return t
-    return _cast_eligible(t, to, region, st, compiling)
-
-
-def _cast_eligible(t: torch.Tensor, to: torch.dtype, region: Region, st: _State, compiling: bool) -> torch.Tensor:
-    """Cast ``t`` (eligible, not already ``to``), through the weight cache where it applies."""
-    if (
-        region.cache_enabled
-        # Under torch.compile the graph holds the cast once anyway, and the
-        # cache's Python-side checks (_is_view, weakrefs, _version) would each
-        # break the graph.
-        and not compiling
-        and to is region.dtype
-        and t.dtype is torch.float32
-        and t.requires_grad
-        and t.is_leaf
-        and not t._is_view()
-    ):
-        key = (id(t), to)
-        grad_now = torch.is_grad_enabled()
-        hit = st.cache.get(key)
-        if (
-            hit is not None
-            and hit[0]() is t
-            and hit[1] == t._version
-            and (hit[2] or not grad_now)
-        ):
-            st.cache_hits += 1
-            return hit[3]
-        st.casts += 1
-        out = t.to(to)
-        st.cache[key] = (weakref.ref(t), t._version, grad_now, out)
-        return out
-    if not compiling:  # a counter in the traced region would be a guard that fails every step
-        st.casts += 1
-    return t.to(to)
-
-
-def _cast_arg(a: Any, to: torch.dtype, region: Region, st: _State, compiling: bool) -> Any:
-    """One argument cast: a tensor, or the tensors of a list or tuple (one level, as native looks)."""
-    if isinstance(a, torch.Tensor):
-        return _cast(a, to, region, st, compiling)
-    if type(a) in (list, tuple) and any(isinstance(x, torch.Tensor) for x in a):
-        return type(a)(_cast(x, to, region, st, compiling) if isinstance(x, torch.Tensor) else x for x in a)
-    return a
-
-
-# ---------------------------------------------------------------------------
 # plans: the fast path's decision per (region, callable), made once
 # ---------------------------------------------------------------------------
 _UNPLANNED = object()
 #: The plan of a call that runs as it is: no family, no clone, no decomposition.
 _AS_IS = object()
-#: The dtypes :func:`~.torch_autocast_families.eligible` accepts: floating point, not float64.
-_ELIGIBLE_DTYPES = frozenset(d for d in vars(torch).values()
-                             if isinstance(d, torch.dtype) and d.is_floating_point and d is not torch.float64)
 _FIXED_TARGET = {Family.LOWER_PRECISION, Family.FP32}
 
 
@@ -304,7 +253,6 @@ def _cast_positional(args: tuple, to: torch.dtype, region: Region, st: _State) -
     return out if found else None
 
 
-_SEQUENCES = (list, tuple)
 
 
 # ---------------------------------------------------------------------------
@@ -404,6 +352,14 @@ class _AmpcertMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+@torch.compiler.assume_constant_result
+def _dispatcher_serial(key: tuple) -> int:
+    """The serial of the region ``key`` names if the dispatcher engine decides it
+    (:func:`~.torch_autocast_kernels.serial_of`), else -1. Under torch.compile it runs once,
+    for real, while the tracer reads the code."""
+    return serial_of(key, _REGIONS[key])
+
+
 _FunctionType = types.FunctionType
 #: The one mode object: entered at the outermost region, left at its exit.
 _MODE = _AmpcertMode()
@@ -412,6 +368,8 @@ _TRACING = Tracing(_MODE)
 
 #: The policies autocast objects were made with, one object per content (effective_sha256).
 _POLICIES: dict[str, OpPolicy] = {}
+#: device type -> the digest of its shipped policy, read by the first eager autocast made with none
+_SHIPPED: dict[str, str] = {}
 
 
 # The two functions below run once under torch.compile, while the tracer reads the code
@@ -470,13 +428,23 @@ class autocast:
             dtype = _DEFAULT_DTYPE[dev]
         if dtype not in _LOW_DTYPES:
             raise ValueError(f"dtype: expected torch.float16 or torch.bfloat16, got {dtype!r}")
-        if not isinstance(policy, OpPolicy):
+        if policy is None and not _compiling():
+            # The shipped policy is package data: read once per process (a stat per
+            # construction would cost five times native's whole region).
+            policy = _POLICIES.get(_SHIPPED.get(dev, ""))
+            if policy is None:
+                digest = _SHIPPED[dev] = _read_policy(dev, None)
+                policy = _POLICIES[digest]
+        elif not isinstance(policy, OpPolicy):
             policy = _POLICIES[_read_policy(dev, policy)]
         self.device_type = dev
         self.fast_dtype = dtype
         self.policy = policy
         self.enabled = bool(enabled)
         self.cache_enabled = bool(cache_enabled)
+        #: per entry: (the dispatcher engine's serial, the native autocast it entered), or
+        #: (-1, the native autocast the Python engine turned off or None)
+        self._entries: list[tuple[int, Any]] = []
 
     def __repr__(self) -> str:
         return (f"ampcert.autocast(device_type={self.device_type!r}, dtype={self.fast_dtype}, "
@@ -484,32 +452,70 @@ class autocast:
 
     def __enter__(self) -> autocast:
         st = _STATE
-        region = _REGIONS[_region_key(self.device_type, self.fast_dtype, self.policy, self.enabled, self.cache_enabled)]
-        outermost = not st.stack
-        if outermost:
+        key = _region_key(self.device_type, self.fast_dtype, self.policy, self.enabled, self.cache_enabled)
+        if st.mode_depth == 0:
+            serial = _dispatcher_serial(key)
+            if serial >= 0:  # the dispatcher engine (torch_autocast_kernels)
+                _open_region(serial)
+                try:
+                    native = torch.amp.autocast_mode._enter_autocast(
+                        self.device_type, self.fast_dtype, self.enabled, self.cache_enabled)
+                except BaseException:
+                    _close_region(serial)
+                    raise
+                self._entries.append((serial, native))
+                return self
+        self._entries.append((-1, self._enter_mode(st, _REGIONS[key])))
+        return self
+
+    def _enter_mode(self, st: _State, region: Region) -> Any:
+        """The Python engine's entry: the mode pushed at its first region. Returns the native
+        autocast it turned off (inside a region of the dispatcher engine), or None."""
+        if st.mode_depth == 0:
             _prepare(self.policy)
+        native_off = None
+        if not _compiling() and torch.is_autocast_enabled(region.device_type):
+            # inside a region of the dispatcher engine: native's casts stop here, the mode decides
+            native_off = torch.autocast(region.device_type, enabled=False)
+            native_off.__enter__()
         st.stack.append(region)
+        st.engines.append(None)
+        st.mode_depth += 1
         st.refresh()
-        if outermost:
+        if st.mode_depth == 1:
             try:
                 _MODE.__enter__()
             except BaseException:
-                st.stack.pop()
-                st.refresh()
+                self._leave_mode(st, native_off, None)
                 raise
-        return self
+        return native_off
+
+    def _leave_mode(self, st: _State, native_off: Any, exc_info: tuple | None) -> None:
+        if st.stack:
+            st.stack.pop()
+            st.engines.pop()
+        st.mode_depth = max(0, st.mode_depth - 1)
+        st.refresh()
+        try:
+            if exc_info is not None and st.mode_depth == 0:
+                _MODE.__exit__(*exc_info)
+        finally:
+            if native_off is not None:
+                native_off.__exit__(*(exc_info or (None, None, None)))
+            if not st.stack:
+                st.cache.clear()
+                st.pending = None
 
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         st = _STATE
-        if st.stack:
-            st.stack.pop()
-        st.refresh()
-        if not st.stack:
+        serial, held = self._entries.pop() if self._entries else (-1, None)
+        if serial >= 0:
             try:
-                _MODE.__exit__(exc_type, exc, tb)
+                torch.amp.autocast_mode._exit_autocast(held)
             finally:
-                st.cache.clear()
-                st.pending = None
+                _close_region(serial)
+        else:
+            self._leave_mode(st, held, (exc_type, exc, tb))
         return False
 
     def __call__(self, fn: Callable) -> Callable:

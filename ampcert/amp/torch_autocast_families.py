@@ -196,7 +196,7 @@ class Region:
     handler, resolved once here so that a call costs one dict lookup."""
 
     __slots__ = ("device_type", "dtype", "policy", "families", "handlers", "mixed", "enabled", "cache_enabled",
-                 "plans")
+                 "plans", "kernel_ops")
 
     def __init__(self, device_type: str, dtype: torch.dtype, policy: OpPolicy, enabled: bool,
                  cache_enabled: bool) -> None:
@@ -210,3 +210,6 @@ class Region:
         self.cache_enabled = cache_enabled
         #: callable -> what the mode's fast path does with it here (torch_autocast._plan)
         self.plans: dict[object, object] = {}
+        #: the ops ampcert's kernels decide at the dispatcher for this region (torch_autocast_kernels),
+        #: False where the Python engine decides it, None until the first eager entry asks
+        self.kernel_ops: object = None  # torch_autocast_kernels.Overrides, False or None

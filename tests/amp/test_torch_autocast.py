@@ -272,7 +272,7 @@ def _weight_cast_node(out: torch.Tensor):
     return node
 
 
-def test_nested_calls_are_not_cast_again():
+def test_nested_calls_are_not_cast_again(python_engine):
     lin = nn.Linear(4, 4)
     x = torch.randn(2, 4)
     cache_stats(reset=True)
@@ -285,7 +285,7 @@ def test_nested_calls_are_not_cast_again():
         assert cache_stats()["casts"] == 1
 
 
-def test_weight_cache_casts_once_per_outermost_region():
+def test_weight_cache_casts_once_per_outermost_region(python_engine):
     lin = nn.Linear(4, 4)
     x = torch.randn(2, 4)
     cache_stats(reset=True)
@@ -312,7 +312,7 @@ def test_weight_cache_matches_native_sharing():
     assert _weight_cast_node(a) is _weight_cast_node(b)  # the behaviour ampcert mirrors
 
 
-def test_weight_cache_invalidated_by_in_place_update():
+def test_weight_cache_invalidated_by_in_place_update(python_engine):
     lin = nn.Linear(4, 4)
     x = torch.randn(2, 4)
     with autocast("cpu"):
@@ -328,7 +328,7 @@ def test_weight_cache_invalidated_by_in_place_update():
     assert _weight_cast_node(again) is _weight_cast_node(after)
 
 
-def test_cache_disabled_and_no_grad_entries_do_not_block_gradients():
+def test_cache_disabled_and_no_grad_entries_do_not_block_gradients(python_engine):
     lin = nn.Linear(4, 4)
     x = torch.randn(2, 4)
     cache_stats(reset=True)

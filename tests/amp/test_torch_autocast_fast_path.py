@@ -16,6 +16,9 @@ import torch.nn.functional as F
 from ampcert.amp import torch_autocast
 from ampcert.amp.torch_autocast import autocast, cache_stats
 
+#: The fast path is the Python engine's (eager regions are the dispatcher's otherwise).
+pytestmark = pytest.mark.usefixtures("python_engine")
+
 
 @pytest.fixture
 def general_path_only(monkeypatch):

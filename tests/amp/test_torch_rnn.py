@@ -45,9 +45,12 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("engine", ["dispatcher", "python"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_the_same_ops_in_the_same_dtypes_as_native(case, dtype):
+def test_the_same_ops_in_the_same_dtypes_as_native(case, dtype, engine, request):
+    if engine == "python":  # the decomposition (torch_rnn); the dispatcher's engine is native's C++ here
+        request.getfixturevalue("python_engine")
     options = dict(CASES[case])
     kind = options.pop("kind")
     torch.manual_seed(0)
@@ -62,7 +65,7 @@ def test_the_same_ops_in_the_same_dtypes_as_native(case, dtype):
         assert torch.equal(a, b)
 
 
-def test_without_the_decomposition_the_comparison_fails(monkeypatch):
+def test_without_the_decomposition_the_comparison_fails(monkeypatch, python_engine):
     """The test above can fail: the builtin run untouched computes in fp32."""
     from ampcert.amp import torch_rnn
 
@@ -84,7 +87,7 @@ def test_a_packed_sequence_runs_the_builtin_untouched():
     assert out.data.dtype is torch.float32 and h.dtype is torch.float32
 
 
-def test_the_audit_command_covers_them(monkeypatch):
+def test_the_audit_command_covers_them(monkeypatch, python_engine):
     from ampcert.amp.audit import audit_modules
 
     rows = audit_modules("cpu", torch.float16)
