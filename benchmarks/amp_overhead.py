@@ -10,6 +10,8 @@ What is measured (one process, one interleaved run):
    causal multi-head self-attention via ``F.scaled_dot_product_attention`` ->
    residual -> LayerNorm -> GELU MLP -> residual).  The context manager is built
    inside every step, as user code does.  Goal (issue 34): ampcert/native <= 1.00.
+   A control row times torch.autocast again on its own copy of the model: its
+   ratio is the noise two identical engines show in the same run.
 2. **Loss-scaler step overhead.**  ``DynamicLossScaler("cpu")`` (default: sync_free
    off on CPU) and ``DynamicLossScaler("cpu", sync_free=True)`` against
    ``torch.amp.GradScaler("cpu")``; fp32 digits CNN, SGD momentum; a step is
@@ -77,6 +79,10 @@ from ampcert.envinfo import cpu_info, load_average  # noqa: E402
 from ampcert.workloads.digits import DigitsCNN, load_digits_tensors  # noqa: E402
 
 AUTOCAST_GOAL = 1.00
+#: Section 1's control: torch.autocast again, on its own copy of the model. Its ratio to the
+#: baseline is what this machine's noise gives two identical engines in the same run, the
+#: yardstick for judging ampcert's ratio against a goal of 1.00.
+AGAIN = "torch.autocast bf16, again"
 SCALER_GOAL = 1.02
 DTYPE = torch.bfloat16
 
@@ -553,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     per = interleaved({
         "torch.autocast bf16": make_train_step(copy.deepcopy(base), batches, F.cross_entropy, native_ctx),
         "ampcert autocast bf16": make_train_step(copy.deepcopy(base), batches, F.cross_entropy, ampcert_ctx),
+        AGAIN: make_train_step(copy.deepcopy(base), batches, F.cross_entropy, native_ctx),
     }, rounds=rounds, steps=steps_digits, warmup=5, budget_s=budget)
     comp = comparison(f"1a. train step, digits CNN (batch 64), {steps_digits} steps/round", "torch.autocast bf16",
                       per, {"ampcert autocast bf16": AUTOCAST_GOAL})
@@ -570,6 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     per = interleaved({
         "torch.autocast bf16": make_train_step(copy.deepcopy(block), tf_batches, F.mse_loss, native_ctx),
         "ampcert autocast bf16": make_train_step(copy.deepcopy(block), tf_batches, F.mse_loss, ampcert_ctx),
+        AGAIN: make_train_step(copy.deepcopy(block), tf_batches, F.mse_loss, native_ctx),
     }, rounds=rounds, steps=steps_tf, warmup=2, budget_s=budget)
     comp = comparison(f"1b. train step, pre-LN block d={d} heads={h} seq={t} batch={b}, {steps_tf} steps/round",
                       "torch.autocast bf16", per, {"ampcert autocast bf16": AUTOCAST_GOAL})

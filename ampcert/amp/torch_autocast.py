@@ -1,7 +1,8 @@
 """ampcert's autocast: a policy-driven mirror of ``torch.autocast``, on two engines.
 
 An :class:`OpPolicy` (YAML) decides which ops are cast, instead of native's C++ op lists.
-Each region is decided by one of two engines, which decide alike (the audit checks both):
+Each region is decided by one of two engines, which decide alike
+(``tests/amp/test_torch_autocast_kernels.py``):
 
 * **the dispatcher engine** (:mod:`.torch_autocast_kernels`), wherever the policy can be
   said at the dispatcher: the region turns native autocast on, native's C++ kernels cast
@@ -442,8 +443,8 @@ class autocast:
         self.policy = policy
         self.enabled = bool(enabled)
         self.cache_enabled = bool(cache_enabled)
-        #: per entry: (the dispatcher engine's serial, the native autocast it entered), or
-        #: (-1, the native autocast the Python engine turned off or None)
+        #: this object's entries inside a traced function (a local there); eagerly they are
+        #: per thread, in the state (State.entries), so threads may share the object
         self._entries: list[tuple[int, Any]] = []
 
     def __repr__(self) -> str:
@@ -463,10 +464,13 @@ class autocast:
                 except BaseException:
                     _close_region(serial)
                     raise
-                self._entries.append((serial, native))
+                self._entries_here().append((serial, native))
                 return self
-        self._entries.append((-1, self._enter_mode(st, _REGIONS[key])))
+        self._entries_here().append((-1, self._enter_mode(st, _REGIONS[key])))
         return self
+
+    def _entries_here(self) -> list[tuple[int, Any]]:
+        return self._entries if _compiling() else _STATE.entries
 
     def _enter_mode(self, st: _State, region: Region) -> Any:
         """The Python engine's entry: the mode pushed at its first region. Returns the native
@@ -508,7 +512,8 @@ class autocast:
 
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         st = _STATE
-        serial, held = self._entries.pop() if self._entries else (-1, None)
+        entries = self._entries_here()
+        serial, held = entries.pop() if entries else (-1, None)
         if serial >= 0:
             try:
                 torch.amp.autocast_mode._exit_autocast(held)
@@ -525,6 +530,27 @@ class autocast:
                 return fn(*args, **kwargs)
 
         return wrapper
+
+
+def _never_compiled_alone(*functions: Callable) -> None:
+    """Dynamo compiles every Python frame it meets, also the frames of a function it gave
+    back to eager (a graph break it cannot take inside a with-block). An entry or exit
+    compiled as a frame of its own would set native autocast's state inside a graph, which
+    does not outlive it: the region would be lost. These run as plain Python then, and are
+    still traced when inlined into a compiled function (Dynamo's per-code skip, which
+    affects only frames it is handed whole; a torch without it keeps the default)."""
+    eval_frame = getattr(torch._dynamo, "eval_frame", None)
+    strategy = getattr(eval_frame, "set_code_exec_strategy", None)
+    frame_strategy = getattr(eval_frame, "FrameExecStrategy", None)
+    action = getattr(eval_frame, "FrameAction", None)
+    for fn in functions:
+        if strategy is not None and frame_strategy is not None and action is not None:
+            strategy(fn.__code__, frame_strategy(action.SKIP, action.SKIP))  # and what it calls
+        elif eval_frame is not None and hasattr(eval_frame, "skip_code"):
+            eval_frame.skip_code(fn.__code__)
+
+
+_never_compiled_alone(autocast.__init__, autocast.__enter__, autocast.__exit__)
 
 
 # ---------------------------------------------------------------------------

@@ -60,6 +60,7 @@ from .audit_samples import DATA_DIR, SampleError, read_data
 from .policy import FAMILIES, OpPolicy, shipped_policy
 from .torch_autocast_families import HANDLERS, Family, Region
 from .torch_autocast_state import STATE, kernel_cast_args
+from .torch_autocast_tracing import compiling as is_compiling
 from .torch_ops import op_in_torch
 
 __all__ = ["KERNELS", "KNOWN_DIVERGENCES", "NATIVE_REFERENCE", "REFERENCE_FILE", "Kernels", "Overrides", "close_region",
@@ -150,10 +151,12 @@ class Kernels:
         self._excluded = torch._C.DispatchKeySet(self.key)
         self._region_of = region_of
         self._cast_arg = cast_arg
+        #: op -> {overload: native has a kernel here}, read before any kernel of ours for the op
+        self._coverage: dict[str, dict[str, bool]] = {}
         #: native's family per op that has a native kernel here (the reference, as installed)
         self.native: dict[str, Family] = {
             op: Family(fam) for fam, ops in NATIVE_REFERENCE.get(device_type, {}).items() for op in ops
-            if any(_has_native_kernel(o, self.key_name) for o in _overloads(op))}
+            if any(self.coverage(op).values())}
         #: Native's ops the shipped policy leaves out: those only native's C++ reaches (the
         #: 12-argument _convolution, nn.LSTM's mkldnn_rnn_layer on the CPU), which the
         #: Python engine cannot see. A policy that does not list one leaves it native's
@@ -168,6 +171,20 @@ class Kernels:
         self._native_regions: dict[torch.dtype, Region] = {}
         self._lock = threading.Lock()
         self._library: Any = None
+
+    def coverage(self, op: str) -> dict[str, bool]:
+        """Which functional overloads of ``op`` native has a kernel for at this key: read the
+        first time the op is met, before any kernel of ours for it, and kept (once ours are
+        registered, the dispatcher answers for them too)."""
+        found = self._coverage.get(op)
+        if found is None:
+            found = {}
+            for overload in _overloads(op):
+                has = _has_native_kernel(overload, self.key_name)
+                if has is not None:
+                    found[overload._overloadname] = has
+            self._coverage[op] = found
+        return found
 
     # -- which policies, which ops ------------------------------------------------
     def overrides(self, policy: OpPolicy) -> Overrides | None:
@@ -185,9 +202,11 @@ class Kernels:
         differ = {op for op in set(ours) | set(self.native) if ours.get(op) is not self.native.get(op)}
         differ |= set(policy.uncast_if_mixed) & set(ours)
         for op in differ:
-            if op in ours and not _overloads(op) and op_in_torch(op):
+            if op in ours and not self.coverage(op) and op_in_torch(op):
                 return None  # a Python function, not an ATen op: only the Python engine sees it
-        differ = {op for op in differ if _overloads(op)} - (self.native_only - set(ours))
+            if any(self.coverage(op).values()) and op not in self.native:
+                return None  # native has a kernel the reference gives no family: not emulated
+        differ = {op for op in differ if self.coverage(op)} - (self.native_only - set(ours))
         return Overrides(added=frozenset(differ - set(self.native)), shadowed=frozenset(differ & set(self.native)))
 
     # -- registration ------------------------------------------------------------
@@ -196,8 +215,9 @@ class Kernels:
         with warnings.catch_warnings():
             # "Overriding a previously registered kernel": native's, by design (module doc).
             warnings.simplefilter("ignore", UserWarning)
+            coverage = self.coverage(op)
             for overload in _overloads(op):
-                native_kernel = _has_native_kernel(overload, self.key_name)
+                native_kernel = coverage.get(overload._overloadname)
                 if native_kernel is None:
                     continue
                 if native_kernel:
@@ -257,6 +277,8 @@ class Kernels:
 
         def kernel(keyset: torch._C.DispatchKeySet, *args: Any, **kwargs: Any) -> Any:
             region = region_of()
+            if region is not None and torch.get_autocast_dtype(dev) is not region.dtype:
+                region = None  # a plain torch.autocast of another dtype inside the region: native's call
             if region is None:  # native torch.autocast (another thread, while ours are open): as native
                 if native_family is None:
                     return op.redispatch(keyset.remove(key), *args, **kwargs)
@@ -350,26 +372,61 @@ def open_region(serial: int) -> None:
     region = SERIALS[serial]
     overrides = region.kernel_ops
     assert isinstance(overrides, Overrides)
-    if overrides.shadowed:
-        KERNELS[region.device_type].open(overrides.shadowed)
     st = STATE
+    if is_compiling() and st.trace_base is None:
+        # A trace may stop between this call and its close_region (a graph break inside
+        # the with-block gives the frame back to eager, a failed compile): what it opens is
+        # closed when the compile ends, whatever happened (_end_of_compile).
+        st.trace_base = len(st.stack)
+        _watch_compiles()
+    if overrides.shadowed and region.enabled:
+        KERNELS[region.device_type].open(overrides.shadowed)
     st.stack.append(region)
     st.engines.append(overrides)
     st.refresh()
 
 
+def _pop_entry(st: Any) -> None:
+    region = st.stack.pop()
+    overrides = st.engines.pop()
+    if isinstance(overrides, Overrides) and overrides.shadowed and region.enabled:
+        KERNELS[region.device_type].close(overrides.shadowed)
+
+
 @torch.fx.node.has_side_effect
 def close_region(serial: int) -> None:
     st = STATE
-    if st.stack:
-        st.stack.pop()
-        overrides = st.engines.pop()
+    region = SERIALS[serial]
+    mine = [i for i, (r, e) in enumerate(zip(st.stack, st.engines, strict=True))
+            if r is region and isinstance(e, Overrides)]
+    if mine:  # this region's entry and anything a stopped trace left above it
+        while len(st.stack) > mine[-1]:
+            _pop_entry(st)
         st.refresh()
-        if overrides is not None and overrides.shadowed:
-            KERNELS[SERIALS[serial].device_type].close(overrides.shadowed)
     if not st.stack:
         st.cache.clear()
         st.pending = None
+
+
+def _end_of_compile(_args: Any = None) -> None:
+    """Close what a trace opened and did not close (open_region)."""
+    st = STATE
+    base = st.trace_base
+    st.trace_base = None
+    if base is None:
+        return
+    while len(st.stack) > base and isinstance(st.engines[-1], Overrides):
+        _pop_entry(st)
+    st.refresh()
+
+
+def _watch_compiles() -> None:
+    """_end_of_compile as one of Dynamo's end-of-compile callbacks (torch._dynamo.reset
+    clears them, so this is checked at every traced entry)."""
+    handler = getattr(getattr(torch._dynamo, "callback", None), "callback_handler", None)
+    ends = getattr(handler, "end_callbacks", None)
+    if handler is not None and ends is not None and _end_of_compile not in ends:
+        handler.register_end_callback(_end_of_compile)
 
 
 torch._dynamo.allow_in_graph(open_region)

@@ -46,6 +46,12 @@ class State(threading.local):
         self.kernel_regions: dict[str, Region] = {}  # the kernels': innermost region per device type
         self.cache: dict[tuple[int, torch.dtype], tuple] = {}
         self.pending: Any = None  # the composite whose clone is running (see the mode)
+        #: the autocast objects' entries of this thread, innermost last: (serial, native
+        #: autocast entered) on the dispatcher engine, (-1, native autocast turned off or
+        #: None) on the Python engine. Per thread, so one object may be entered by many.
+        self.entries: list[tuple[int, Any]] = []
+        #: len(stack) when the compile now running first opened a region (open_region)
+        self.trace_base: int | None = None
         self.casts = 0
         self.cache_hits = 0
 

@@ -205,3 +205,34 @@ def test_native_autocast_outside_ampcerts_regions_is_natives_op_for_op():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("same")
+
+
+def test_one_autocast_object_entered_on_two_threads_keeps_each_threads_regions():
+    """Entries are per thread: a decorator's object shared by threads, each thread on its
+    own engine (the main thread inside a Python-engine region), the first in leaving first,
+    exits what it entered."""
+    shared = autocast("cpu", BF16)
+    python_policy = shipped_policy("cpu").with_overrides({"multi_head_attention_forward": "fp32"})
+    inside, main_in, other_out, seen = threading.Event(), threading.Event(), threading.Event(), []
+
+    def other():
+        with shared:
+            inside.set()
+            main_in.wait(30)
+            seen.append(torch.is_autocast_enabled("cpu"))
+        seen.append((torch.is_autocast_enabled("cpu"), len(torch_autocast._STATE.stack)))
+        other_out.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    inside.wait(30)
+    with autocast("cpu", BF16, policy=python_policy):
+        with shared:  # the Python engine here: inside one of its regions
+            main_in.set()
+            other_out.wait(30)
+            assert torch._C._is_torch_function_mode_enabled()
+        assert torch._C._is_torch_function_mode_enabled()  # its own region still open
+    thread.join()
+    assert seen == [True, (False, 0)]
+    assert torch_autocast._STATE.stack == [] and not torch._C._is_torch_function_mode_enabled()
+    assert not torch.is_autocast_enabled("cpu")

@@ -341,3 +341,46 @@ def test_a_policy_is_read_once_and_kept_by_its_content(tmp_path):
     path.write_text("name: fp32-softmax\nextends: torch-cpu\noverrides:\n  softmax: fp32\n  log_softmax: fp32\n")
     changed = autocast("cpu", policy=path).policy
     assert changed is not first.policy and changed.effective_sha256 != first.policy.effective_sha256
+
+
+def _region_break(x):
+    with autocast("cpu", dtype=torch.bfloat16):
+        y = x @ x
+        torch._dynamo.graph_break()  # inside a with-block: Dynamo gives the frame back to eager
+        z = y @ x
+    return y, z
+
+
+def test_a_graph_break_inside_the_region_keeps_the_region_and_leaves_nothing_open():
+    """The frame given back to eager enters the region eagerly (its entry is never compiled
+    as a frame of its own, where native autocast's state would not outlive the graph), and
+    what the stopped trace opened is closed when the compile ends."""
+    torch._dynamo.reset()
+    x = torch.randn(4, 4)
+    compiled = torch.compile(_region_break, backend="aot_eager")(x)
+    eager = _region_break(x)
+    assert [t.dtype for t in compiled] == [t.dtype for t in eager] == [torch.bfloat16] * 2
+    assert all(torch.equal(a, b) for a, b in zip(compiled, eager, strict=True))
+    state = torch_autocast._STATE
+    assert state.stack == [] and state.kernel_regions == {} and not torch.is_autocast_enabled("cpu")
+
+
+def test_a_trace_that_fails_inside_the_region_leaves_no_region_open():
+    from ampcert.amp.policy import shipped_policy
+
+    fp32_linear = shipped_policy("cpu").with_overrides({"linear": "fp32"})
+
+    def f(x, w):
+        with autocast("cpu", dtype=torch.bfloat16, policy=fp32_linear):
+            y = torch.nn.functional.linear(x, w)
+            torch._dynamo.graph_break()
+        return y
+
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="graph_break|Graph break|graph break"):
+        torch.compile(f, backend="aot_eager", fullgraph=True)(torch.randn(2, 4), torch.randn(3, 4))
+    state = torch_autocast._STATE
+    assert state.stack == [] and state.kernel_regions == {} and state.trace_base is None
+    linear = next(line for line in torch._C._dispatch_dump("aten::linear").splitlines()
+                  if line.startswith("AutocastCPU:"))
+    assert "torch_autocast_kernels" not in linear  # native's kernel is back
