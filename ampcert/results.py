@@ -231,7 +231,7 @@ class TrainedFields(_Model):
         description="the FP8 recipe, whose Linear trained, and the per-layer eligibility map (fp8/mxfp8 runs)")
     accelerated: bool = True
     capability_note: str = ""
-    amp_policy: dict[str, Any] | None = Field(default=None, description="the autocast policy: name and sha256")
+    amp_policy: dict[str, Any] | None = Field(default=None, description="the autocast policy: name and sha256 (and, for ampcert's torch autocast, the engine that decided the casts)")
     determinism: dict[str, Any] = Field(default_factory=dict)
     weights_sha256: str | None = None
     environment: dict[str, Any] = Field(default_factory=dict)

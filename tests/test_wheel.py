@@ -118,6 +118,9 @@ def test_installed_wheel_from_an_empty_folder(installed, tmp_path):
     runs = [json.loads(p.read_text()) for p in sorted(out.glob("runs/*/result.json"))]
     assert len(runs) == 8 and {r["status"] for r in runs} == {"completed"}
     assert {r["spec"]["amp"] for r in runs} == {"ampcert"} and all(r["amp_policy"] for r in runs)
+    # the installed wheel's bf16 runs decided by native's kernels and ampcert's (the dispatcher engine)
+    low = [r["amp_policy"] for r in runs if r["spec"]["precision"] != "fp32"]
+    assert low and all(p["engine"] == "dispatcher" and "einsum" in p["ampcert_kernels"] for p in low)
     verdicts = json.loads((out / "verdicts.json").read_text())
     assert verdicts["rules"]["name"] == "default"
 

@@ -89,16 +89,16 @@ from torch.overrides import TorchFunctionMode
 from .policy import OpPolicy, load_policy, shipped_policy
 from .precision import LOW_PRECISIONS, dtype_name
 from .torch_autocast_families import BCE_BANNED_MESSAGE, Family, Region, iter_tensors
+from .torch_autocast_kernels import Overrides, serial_of
 from .torch_autocast_kernels import close_region as _close_region
 from .torch_autocast_kernels import open_region as _open_region
-from .torch_autocast_kernels import serial_of
 from .torch_autocast_state import ELIGIBLE_DTYPES as _ELIGIBLE_DTYPES
 from .torch_autocast_state import SEQUENCES as _SEQUENCES
 from .torch_autocast_state import STATE as _STATE
 from .torch_autocast_state import State as _State
 from .torch_autocast_state import cast_arg as _cast_arg
 from .torch_autocast_state import cast_eligible as _cast_eligible
-from .torch_autocast_tracing import Tracing
+from .torch_autocast_tracing import Tracing, never_compiled_alone
 from .torch_autocast_tracing import compiling as _compiling
 from .torch_ops import (
     _NAME_CACHE,
@@ -120,6 +120,7 @@ __all__ = [
     "cache_stats",
     "canonical_op_name",
     "clear_cache",
+    "engine_of",
     "get_autocast_dtype",
     "is_autocast_enabled",
     "known_op_names",
@@ -532,25 +533,8 @@ class autocast:
         return wrapper
 
 
-def _never_compiled_alone(*functions: Callable) -> None:
-    """Dynamo compiles every Python frame it meets, also the frames of a function it gave
-    back to eager (a graph break it cannot take inside a with-block). An entry or exit
-    compiled as a frame of its own would set native autocast's state inside a graph, which
-    does not outlive it: the region would be lost. These run as plain Python then, and are
-    still traced when inlined into a compiled function (Dynamo's per-code skip, which
-    affects only frames it is handed whole; a torch without it keeps the default)."""
-    eval_frame = getattr(torch._dynamo, "eval_frame", None)
-    strategy = getattr(eval_frame, "set_code_exec_strategy", None)
-    frame_strategy = getattr(eval_frame, "FrameExecStrategy", None)
-    action = getattr(eval_frame, "FrameAction", None)
-    for fn in functions:
-        if strategy is not None and frame_strategy is not None and action is not None:
-            strategy(fn.__code__, frame_strategy(action.SKIP, action.SKIP))  # and what it calls
-        elif eval_frame is not None and hasattr(eval_frame, "skip_code"):
-            eval_frame.skip_code(fn.__code__)
-
-
-_never_compiled_alone(autocast.__init__, autocast.__enter__, autocast.__exit__)
+# Entered and left as plain Python when Dynamo hands it a frame whole (torch_autocast_tracing).
+never_compiled_alone(autocast.__init__, autocast.__enter__, autocast.__exit__)
 
 
 # ---------------------------------------------------------------------------
@@ -574,6 +558,20 @@ def get_autocast_dtype(device_type: str = "cpu") -> torch.dtype | None:
     """The low-precision dtype of the innermost ampcert region for ``device_type``."""
     region = _innermost(device_type)
     return region.dtype if region else None
+
+
+def engine_of(device_type: str, dtype: torch.dtype | None = None,
+              policy: OpPolicy | str | Path | None = None) -> dict[str, Any]:
+    """Which engine an eager region of this setting runs on, for a run's record:
+    ``{"engine": "dispatcher", "ampcert_kernels": [...]}`` (native's kernels, and ampcert's
+    for the ops listed, where the policy differs from native) or ``{"engine": "python"}``."""
+    probe = autocast(device_type, dtype, policy)
+    key = _region_key(probe.device_type, probe.fast_dtype, probe.policy, probe.enabled, probe.cache_enabled)
+    if _dispatcher_serial(key) < 0:
+        return {"engine": "python"}
+    overrides = _REGIONS[key].kernel_ops
+    assert isinstance(overrides, Overrides)
+    return {"engine": "dispatcher", "ampcert_kernels": sorted(overrides.added | overrides.shadowed)}
 
 
 def clear_cache() -> None:

@@ -53,7 +53,7 @@ import torch
 from .policy import OpPolicy
 from .torch_ops import canonical_op_name, public_callables
 
-__all__ = ["Tracing", "compiling"]
+__all__ = ["Tracing", "compiling", "never_compiled_alone"]
 
 #: True while Dynamo traces (a constant inside the trace), False eagerly.
 compiling: Callable[[], bool] = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
@@ -194,3 +194,21 @@ class Tracing:
         shim._C = c  # type: ignore[attr-defined]
         self.torch_shim = shim
         return shim
+
+
+def never_compiled_alone(*functions: Callable) -> None:
+    """Dynamo compiles every Python frame it meets, also the frames of a function it gave
+    back to eager (a graph break it cannot take inside a with-block). An entry or exit
+    compiled as a frame of its own would set native autocast's state inside a graph, which
+    does not outlive it: the region would be lost. These run as plain Python then, and are
+    still traced when inlined into a compiled function (Dynamo's per-code skip, which
+    affects only frames it is handed whole; a torch without it keeps the default)."""
+    eval_frame = getattr(torch._dynamo, "eval_frame", None)
+    strategy = getattr(eval_frame, "set_code_exec_strategy", None)
+    frame_strategy = getattr(eval_frame, "FrameExecStrategy", None)
+    action = getattr(eval_frame, "FrameAction", None)
+    for fn in functions:
+        if strategy is not None and frame_strategy is not None and action is not None:
+            strategy(fn.__code__, frame_strategy(action.SKIP, action.SKIP))  # and what it calls
+        elif eval_frame is not None and hasattr(eval_frame, "skip_code"):
+            eval_frame.skip_code(fn.__code__)

@@ -170,13 +170,17 @@ def make_amp(spec: RunSpec) -> Amp:
             {"name": f"torch.autocast ({spec.device})", "torch": torch.__version__},
         )
     from ampcert.amp import autocast, load_policy, shipped_policy
+    from ampcert.amp.torch_autocast import engine_of
 
     policy = load_policy(spec.policy) if spec.policy else shipped_policy(spec.device)
     return Amp(
         lambda: autocast(spec.device, dtype=dtype, policy=policy),
         AmpcertLossScaler(spec.device) if use_scaler else NoLossScaler(),
         {"name": policy.name, "sha256": policy.sha256, "effective_sha256": policy.effective_sha256,
-         "source": shipped_label(policy.source)},
+         "source": shipped_label(policy.source),
+         # which engine decided the casts: native's kernels with ampcert's where the policy
+         # differs, or the Python engine (docs/policies.md, "Two engines")
+         **engine_of(spec.device, dtype, policy)},
     )
 
 

@@ -236,3 +236,14 @@ def test_one_autocast_object_entered_on_two_threads_keeps_each_threads_regions()
     assert seen == [True, (False, 0)]
     assert torch_autocast._STATE.stack == [] and not torch._C._is_torch_function_mode_enabled()
     assert not torch.is_autocast_enabled("cpu")
+
+
+def test_a_run_can_say_which_engine_decides():
+    shipped = torch_autocast.engine_of("cpu", BF16)
+    assert shipped["engine"] == "dispatcher"
+    assert {"einsum", "tensordot"} <= set(shipped["ampcert_kernels"]) and "linear" not in shipped["ampcert_kernels"]
+    fp32_linear = shipped_policy("cpu").with_overrides({"linear": "fp32"})
+    assert "linear" in torch_autocast.engine_of("cpu", BF16, fp32_linear)["ampcert_kernels"]
+    python_policy = shipped_policy("cpu").with_overrides({"multi_head_attention_forward": "fp32"})
+    assert torch_autocast.engine_of("cpu", BF16, python_policy) == {"engine": "python"}
+
