@@ -534,7 +534,8 @@ class autocast:
 
 
 # Entered and left as plain Python when Dynamo hands it a frame whole (torch_autocast_tracing).
-never_compiled_alone(autocast.__init__, autocast.__enter__, autocast.__exit__)
+never_compiled_alone(autocast.__init__, autocast.__enter__, autocast.__exit__,
+                     _AmpcertMode.__torch_function__, _AmpcertMode._decide, _AmpcertMode._uncast)
 
 
 # ---------------------------------------------------------------------------

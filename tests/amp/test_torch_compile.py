@@ -384,3 +384,21 @@ def test_a_trace_that_fails_inside_the_region_leaves_no_region_open():
     linear = next(line for line in torch._C._dispatch_dump("aten::linear").splitlines()
                   if line.startswith("AutocastCPU:"))
     assert "torch_autocast_kernels" not in linear  # native's kernel is back
+
+
+def test_on_the_python_engine_a_transformer_block_compiled_gives_the_eager_values(python_engine):
+    """The Python engine cannot trace nn.MultiheadAttention (its unflatten), so Dynamo gives
+    the frame back to eager: the region and the mode's calls then run as plain Python (never
+    compiled as frames of their own, where the mode's dispatch returned wrong values), with
+    the eager run's result and nothing left open."""
+    task, x, _ = _transformer_block()
+    task.model.eval()
+
+    def f(x):
+        with autocast("cpu", dtype=torch.bfloat16):
+            return task.model(x).float().sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="aot_eager")(x)
+    assert isinstance(compiled, torch.Tensor) and torch.equal(compiled, f(x))
+    assert torch_autocast._STATE.stack == [] and not torch._C._is_torch_function_mode_enabled()
