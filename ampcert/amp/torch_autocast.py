@@ -88,7 +88,7 @@ from torch.overrides import TorchFunctionMode
 
 from .policy import OpPolicy, load_policy, shipped_policy
 from .precision import LOW_PRECISIONS, dtype_name
-from .torch_autocast_families import BCE_BANNED_MESSAGE, Family, Region, iter_tensors
+from .torch_autocast_families import BCE_BANNED_MESSAGE, Family, Region, fixed_target, iter_tensors
 from .torch_autocast_kernels import Overrides, serial_of
 from .torch_autocast_kernels import close_region as _close_region
 from .torch_autocast_kernels import open_region as _open_region
@@ -213,7 +213,6 @@ def _pick_region(active: tuple[Region, ...], args: tuple, kwargs: dict) -> Regio
 _UNPLANNED = object()
 #: The plan of a call that runs as it is: no family, no clone, no decomposition.
 _AS_IS = object()
-_FIXED_TARGET = {Family.LOWER_PRECISION, Family.FP32}
 
 
 def _plan(region: Region, func: Any) -> object:
@@ -229,9 +228,7 @@ def _plan(region: Region, func: Any) -> object:
     family = region.families.get(name)
     if family is None:
         return None if name in RNN_OPS and region.device_type == "cpu" else _AS_IS
-    if family in _FIXED_TARGET and name not in region.mixed:
-        return region.dtype if family is Family.LOWER_PRECISION else torch.float32
-    return None
+    return fixed_target(region, family, name)
 
 
 def _cast_positional(args: tuple, to: torch.dtype, region: Region, st: _State) -> list | None:

@@ -59,6 +59,7 @@ __all__ = [
     "Handler",
     "Region",
     "eligible",
+    "fixed_target",
     "iter_tensors",
     "on_device",
 ]
@@ -174,6 +175,17 @@ def _refuse(region: Region, name: str, args: tuple, kwargs: dict) -> torch.dtype
             f"{region.policy.name!r}, device_type {dev!r}): it is unsafe to autocast"
         )
     return None
+
+
+def fixed_target(region: Region, family: Family, name: str) -> torch.dtype | None:
+    """The dtype a call of ``name`` is cast to whatever its arguments, where there is one:
+    ``lower_precision`` and ``fp32`` ops that are not ``uncast_if_mixed`` (a call with no
+    eligible tensor casts nothing either way). None: the family's handler decides each call."""
+    if name in region.mixed:
+        return None
+    if family is Family.LOWER_PRECISION:
+        return region.dtype
+    return torch.float32 if family is Family.FP32 else None
 
 
 Handler = Callable[["Region", str, tuple, dict], "torch.dtype | None"]

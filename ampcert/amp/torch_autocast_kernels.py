@@ -58,7 +58,7 @@ import torch
 
 from .audit_samples import DATA_DIR, SampleError, read_data
 from .policy import FAMILIES, OpPolicy, shipped_policy
-from .torch_autocast_families import HANDLERS, Family, Region
+from .torch_autocast_families import HANDLERS, Family, Region, fixed_target
 from .torch_autocast_state import STATE, kernel_cast_args
 from .torch_autocast_tracing import compiling as is_compiling
 from .torch_ops import op_in_torch
@@ -91,8 +91,6 @@ NATIVE_REFERENCE, KNOWN_DIVERGENCES = read_reference()
 
 #: Casts a call's arguments for a region: (dtype, region, args, kwargs) -> (args, kwargs).
 CastArgs = Callable[[torch.dtype, Region, tuple, dict], tuple[list, dict]]
-#: Families whose target does not depend on the arguments (unless the op is uncast_if_mixed).
-_FIXED: dict[Family, torch.dtype | None] = {Family.LOWER_PRECISION: None, Family.FP32: torch.float32}
 
 
 def _overloads(name: str) -> list[torch._ops.OpOverload]:
@@ -190,7 +188,7 @@ class Kernels:
     def overrides(self, policy: OpPolicy) -> Overrides | None:
         """Where ``policy`` differs from native on this device type, or None when a kernel
         cannot express it (then the Python engine decides the region)."""
-        key = policy.effective_sha256 or str(id(policy))
+        key = policy.effective_sha256
         if key not in self._fits:
             self._fits[key] = self._overrides(policy)
         return self._fits[key]
@@ -294,12 +292,8 @@ class Kernels:
             with torch._C._ExcludeDispatchKeyGuard(excluded):
                 if family is None:  # native lists it, the policy does not: untouched
                     return call(*args, **kwargs)
-                if family in _FIXED and name not in region.mixed:
-                    # what the handler would say for any arguments, short of the check for
-                    # eligible tensors, which casting only those does anyway
-                    fixed = _FIXED[family]
-                    to: torch.dtype | None = region.dtype if fixed is None else fixed
-                else:
+                to = fixed_target(region, family, name)
+                if to is None:
                     to = HANDLERS[family](region, name, args, kwargs)
                 if to is None:
                     return call(*args, **kwargs)

@@ -124,7 +124,6 @@ def cast_arg(a: Any, to: torch.dtype, region: Region, st: State, compiling: bool
     return a
 
 
-
 #: Tensor types the weight cache may hold; a tracer's (fake, functional) tensors never.
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
@@ -134,13 +133,9 @@ def kernel_cast_args(to: torch.dtype, region: Region, args: tuple, kwargs: dict)
     into lists and tuples, through the weight cache (never for a tracer's tensors)."""
     st = STATE
     tracing = is_compiling()
-    dev = region.device_type
 
     def one(t: torch.Tensor) -> torch.Tensor:
-        if t.dtype is to or t.dtype not in ELIGIBLE_DTYPES or not (
-                (t.is_cpu or t.is_mkldnn) if dev == "cpu" else t.is_cuda if dev == "cuda" else t.device.type == dev):
-            return t
-        return cast_eligible(t, to, region, st, tracing or type(t) not in _PLAIN_TENSORS)
+        return cast(t, to, region, st, tracing or type(t) not in _PLAIN_TENSORS)
 
     def arg(a: Any) -> Any:
         if isinstance(a, torch.Tensor):
