@@ -1,0 +1,191 @@
+"""CUDA regions decided on a machine without a GPU: every ATen op and its dtypes.
+
+CI has no GPU, yet every CUDA run of ampcert goes through its dispatcher engine, whose
+kernels sit at the ``AutocastCUDA`` key beside native's. These tests run ampcert's
+autocast and ``torch.autocast("cuda")`` on CUDA tensors of torch's
+:class:`~torch._subclasses.fake_tensor.FakeTensorMode`: tensors with shapes, dtypes and
+the CUDA dispatch keys (``AutocastCUDA`` included) but no storage. The decisions are the
+real ones, made by native's C++ kernels at ``AutocastCUDA``, ampcert's kernels and the
+Python engine; only the arithmetic is skipped. Two CUDA checks stand in for the
+framework, named here: ``torch.cuda.is_available`` and ``is_bf16_supported`` answer True,
+so that both autocasts turn on.
+
+Each call is compared by its trace: the ATen ops below autocast, in order, with the
+dtypes of their tensors in and out. Two calls whose traces agree run the same kernels on
+the same dtypes, so the values match too. (Values are the GPU audit's:
+``pytest -m gpu tests/amp``, ``ampcert audit --device cuda``.) This found that the
+shipped CUDA policy cast ``cross_entropy`` to fp32 at its entry, where native runs its
+``log_softmax`` in fp16 (the composite passes the input's dtype on) and only ``nll_loss``
+in fp32.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from ampcert.amp import audit, torch_autocast, torch_autocast_kernels
+from ampcert.amp.audit import SAMPLES, _AtenOps
+from ampcert.amp.audit_samples import Inputs
+from ampcert.amp.policy import shipped_policy
+from ampcert.amp.torch_autocast import autocast, engine_of
+from ampcert.amp.torch_autocast_kernels import KNOWN_DIVERGENCES
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+CUDA = torch.device("cuda")
+LOW_DTYPES = [torch.float16, torch.bfloat16]
+#: ops that query a tensor's device and decide nothing
+QUERIES = {"device"}
+
+
+class FakeCudaInputs(Inputs):
+    """The audit's sample inputs, made on the host and moved to a fake CUDA tensor.
+    (``Tensor.to("cuda")`` asks the CUDA runtime first, which a CPU build lacks;
+    ``aten._to_copy`` goes straight to the fake tensor's kernel.)"""
+
+    def __call__(self, *shape: int, kind: str = "randn") -> torch.Tensor:
+        return torch.ops.aten._to_copy(self.base(shape, kind), device=CUDA, dtype=self._next_dtype())
+
+    def of(self, value: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._to_copy(value, device=CUDA, dtype=self._next_dtype())
+
+    def long(self, data) -> torch.Tensor:
+        return torch.ops.aten._to_copy(torch.tensor(data, dtype=torch.long), device=CUDA)
+
+    def int32(self, data) -> torch.Tensor:
+        return torch.ops.aten._to_copy(torch.tensor(data, dtype=torch.int32), device=CUDA)
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """CUDA tensors without a GPU; the engine's per-setting caches fresh for the test
+    (a CUDA setting seen before it, without a GPU, was given to the Python engine)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(torch_autocast, "_REGIONS", {})
+    monkeypatch.setattr(torch_autocast_kernels, "SERIAL_OF", {})
+    # Fake tensors log every meta kernel that raises; the audit's error scenarios are expected.
+    monkeypatch.setattr(logging.getLogger("torch._subclasses.fake_tensor"), "disabled", True)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        yield
+
+
+def _trace(thunk, ctx) -> tuple[str, list[tuple[str, tuple[str, ...]]], frozenset]:
+    """(the output dtypes or the error, the compute ops with their dtypes in order, the
+    kinds of cast made). How often a cast is made does not count: native casts a matmul's
+    fp32 operand at each mm of matrix_power, ampcert once at its entry; same values."""
+    rec = _AtenOps()
+    with rec:
+        out, _ = audit._run(thunk, ctx)
+    ops = [op for op in rec.ops if op[0] not in QUERIES]
+    return out, _without_casts(ops), frozenset(op for op in ops if op[0] == "_to_copy")
+
+
+def _without_casts(ops):
+    return [op for op in ops if op[0] != "_to_copy"]
+
+
+def _upcast_before(a, n, low: str) -> bool:
+    """ampcert cast the input to fp32 before the op, where native passed ``dtype=float32``
+    to it (fp32_set_opt_dtype): the same ops with fp32 in place of the low input dtype.
+    The CPU gives the same values both ways, bit for bit; the GPU audit checks CUDA's."""
+    return len(a) == len(n) and all(
+        x[0] == y[0] and len(x[1]) == len(y[1])
+        and all(p == q or (p == "f32" and q == low) for p, q in zip(x[1], y[1], strict=True))
+        for x, y in zip(a, n, strict=True))
+
+
+def _compare_every_sample(low: torch.dtype):
+    """{op: [(scenario, ampcert's trace, native's trace)]} where the traces differ, and how
+    many scenarios ran without an error on both sides."""
+    policy = shipped_policy("cuda")
+    differ: dict[str, list] = {}
+    ran = 0
+    for op in sorted(SAMPLES):
+        for builder in SAMPLES[op]:
+            for scenario in ("f32", "low", "mix"):
+                inputs = FakeCudaInputs(scenario, low, "cuda")
+                try:
+                    thunk = builder(inputs)
+                except Exception:  # noqa: BLE001 - an op this torch lacks (linalg_matrix_sqrth)
+                    break
+                if scenario == "mix" and inputs.n_float < 2:
+                    continue
+                amp = _trace(thunk, autocast("cuda", low, policy=policy))
+                native = _trace(thunk, torch.autocast("cuda", low))
+                if amp != native:
+                    differ.setdefault(op, []).append((scenario, amp, native))
+                elif not amp[0].startswith("err"):
+                    ran += 1
+    return differ, ran
+
+
+@pytest.mark.parametrize("low", LOW_DTYPES, ids=["fp16", "bf16"])
+def test_the_dispatcher_engine_decides_every_sampled_op_on_cuda_as_native(fake_cuda, low):
+    # The setting is real: ampcert's dispatcher engine decides it, and native CUDA
+    # autocast casts (a linear in the low dtype, a softmax in fp32).
+    assert engine_of("cuda", low)["engine"] == "dispatcher"
+    x = FakeCudaInputs("f32", low, "cuda")(4, 8)
+    with torch.autocast("cuda", low):
+        assert torch.nn.functional.linear(x, x).dtype == low
+        assert torch.softmax(x.to(low), -1).dtype == torch.float32
+
+    differ, ran = _compare_every_sample(low)
+    assert ran > 300, ran  # listed and unlisted ops, each scenario that runs on fake tensors
+    short = audit._short(low)
+    # linalg_norm: in the policy (fp32_with_dtype) and in no native list, so ampcert's own
+    # kernel decides it; native's composite passes dtype=float32 to linalg_vector_norm.
+    upcast = {op for op, cases in differ.items()
+              if all(a[0] == n[0] and _upcast_before(a[1], n[1], short) for _, a, n in cases)}
+    assert upcast == {"linalg_norm"}, {op: differ[op][0] for op in upcast}
+    assert set(differ) == upcast, {op: differ[op][0] for op in set(differ) - upcast}
+
+
+@pytest.mark.parametrize("low", LOW_DTYPES, ids=["fp16", "bf16"])
+def test_the_python_engine_on_cuda_differs_only_where_the_reference_says(fake_cuda, python_engine, low):
+    assert engine_of("cuda", low)["engine"] == "python"
+    differ, _ = _compare_every_sample(low)
+    short = audit._short(low)
+    policy = shipped_policy("cuda")
+    upcast = {op for op, cases in differ.items()
+              if all(a[0] == n[0] and _upcast_before(a[1], n[1], short) for _, a, n in cases)}
+    # The fp32_with_dtype family: the Python engine casts the input, native passes dtype=.
+    assert upcast and all(policy.family(op) == "fp32_with_dtype" for op in upcast), upcast
+    # Composites native casts halfway (KNOWN_DIVERGENCES), and rms_norm: native 2.13+ puts
+    # it in fp32 on CUDA; the policy waits for a GPU audit on the supported floor (its header).
+    assert set(differ) - upcast <= set(KNOWN_DIVERGENCES["cuda"]) | {"rms_norm"}, set(differ) - upcast
+    assert "cross_entropy_loss" in differ
+
+
+def _classifier_forward(low: torch.dtype, ctx) -> list:
+    """A classifier's forward and loss (LayerNorm, Linear, GELU, cross_entropy) on fake CUDA."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():  # made on meta; its fake CUDA copy made below
+        body = torch.nn.Sequential(
+            torch.nn.LayerNorm(32), torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32),
+            torch.nn.LayerNorm(32), torch.nn.Linear(32, 10)).to("meta")
+    # Autograd needs the CUDA runtime (a device guard) that a CPU build lacks: forward only.
+    body = body.to_empty(device=CUDA).requires_grad_(False)
+    x = FakeCudaInputs("f32", low, "cuda")(8, 32)
+    y = FakeCudaInputs("f32", low, "cuda").long(list(range(8)))
+    rec = _AtenOps()
+    with rec, ctx:
+        torch.nn.functional.cross_entropy(body(x), y)
+    return [op for op in rec.ops if op[0] not in QUERIES]
+
+
+@pytest.mark.parametrize("low", LOW_DTYPES, ids=["fp16", "bf16"])
+def test_a_classifier_forward_on_cuda_runs_natives_kernels_on_natives_dtypes(fake_cuda, low):
+    amp = _classifier_forward(low, autocast("cuda", low))
+    native = _classifier_forward(low, torch.autocast("cuda", low))
+    assert amp == native
+    short = audit._short(low)
+    # cross_entropy: log_softmax in the low dtype, nll_loss in fp32, as native does.
+    assert ("_log_softmax", (short, short)) in amp
+    assert any(op == "nll_loss_forward" and dts[0] == "f32" for op, dts in amp)
