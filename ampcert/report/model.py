@@ -55,6 +55,11 @@ class PolicyInfo(_Model):
     sha256: str | None = None
     effective_sha256: str | None = None
     source: str | None = None
+    engine: str | None = Field(default=None, description="which engine of ampcert's torch autocast decided these "
+                               "runs' casts: dispatcher (native's kernels, ampcert's where the policy differs) or "
+                               "python; null where the runs did not record one (native AMP, JAX, older runs)")
+    ampcert_kernels: list[str] = Field(default_factory=list, description="on the dispatcher engine, the ops "
+                                       "ampcert's own kernels decided (the policy differs from native there)")
     runs: int
 
 
@@ -354,7 +359,8 @@ def build_report(rs: ResultSet) -> Report:
         pol = r.amp_policy or {}
         source = pol.get("source")  # by package name: one row for one shipped policy, however many installs ran it
         key = (pol.get("name") or "none", pol.get("sha256"), pol.get("effective_sha256"),
-               portable(source) if isinstance(source, str) else source)
+               portable(source) if isinstance(source, str) else source,
+               pol.get("engine"), tuple(pol.get("ampcert_kernels") or ()))
         policies[key] = policies.get(key, 0) + 1
     report = Report(
         tool=f"ampcert {__version__}",
@@ -363,7 +369,8 @@ def build_report(rs: ResultSet) -> Report:
                         text=suite_text),
         device=plan.device or "", planned_at=plan.created_at,
         capabilities=plan.capabilities or {}, environment=plan.environment or {},
-        policies=[PolicyInfo(name=k[0], sha256=k[1], effective_sha256=k[2], source=k[3], runs=n)
+        policies=[PolicyInfo(name=k[0], sha256=k[1], effective_sha256=k[2], source=k[3], engine=k[4],
+                             ampcert_kernels=list(k[5]), runs=n)
                   for k, n in sorted(policies.items(), key=lambda kv: str(kv[0]))],
         rules=cert.rules if cert else None, certificate=cert, table=_table(runs, cert), runs=runs,
         missing_runs=sorted(rs.missing), methods=_methods(runs),

@@ -65,6 +65,21 @@ def test_every_report_validates_against_the_schema_in_the_repo(signed):
     assert row["verdict"] in ("PASS", "FAIL", "INCONCLUSIVE") and row["speedup_vs_fp32"] > 0
 
 
+def test_the_policy_table_says_which_engine_decided_the_runs(signed):
+    from ampcert.amp.torch_autocast import engine_of
+
+    report = json.loads((signed[0] / "report.json").read_text())
+    expected = engine_of("cpu")  # the shipped policy on this torch: the fp16 runs' engine
+    rows = {p["name"]: p for p in report["policies"]}
+    assert rows["torch-cpu"]["engine"] == expected["engine"] == "dispatcher"
+    assert rows["torch-cpu"]["ampcert_kernels"] == expected["ampcert_kernels"] and "einsum" in expected["ampcert_kernels"]
+    fp16 = [r for r in report["runs"] if r["spec"]["precision"] == "fp16"]
+    assert rows["torch-cpu"]["runs"] == len(fp16) > 0 and rows["none (fp32)"]["engine"] is None
+    assert {r["amp_policy"]["engine"] for r in fp16} == {"dispatcher"}
+    html = (signed[0] / "report.html").read_text()
+    assert "ampcert's kernels: " + ", ".join(expected["ampcert_kernels"]) in html
+
+
 def test_rerendering_gives_identical_bytes(signed, tmp_path):
     out = tmp_path / "copy"
     shutil.copytree(signed[0], out)
