@@ -9,7 +9,9 @@ an autocast region:
 ``fp32``
     cast eligible inputs to float32.
 ``fp32_with_dtype``
-    float32 unless the caller passes an explicit ``dtype=`` (softmax, sum, ...).
+    float32 unless the caller passes an explicit ``dtype=`` (softmax, sum, ...);
+    torch calls get ``dtype=float32`` as native's ``fp32_set_opt_dtype`` makes
+    them (the op computes in fp32 from its inputs as given).
 ``promote``
     run in the widest floating dtype among the eligible inputs.
 ``banned``

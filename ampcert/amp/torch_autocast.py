@@ -89,6 +89,7 @@ from torch.overrides import TorchFunctionMode
 from .policy import OpPolicy, load_policy, shipped_policy
 from .precision import LOW_PRECISIONS, dtype_name
 from .torch_autocast_families import BCE_BANNED_MESSAGE, Family, Region, fixed_target, iter_tensors
+from .torch_autocast_families import SET_OPT_DTYPE as _SETS_DTYPE
 from .torch_autocast_kernels import Overrides, serial_of
 from .torch_autocast_kernels import close_region as _close_region
 from .torch_autocast_kernels import open_region as _open_region
@@ -325,6 +326,8 @@ class _AmpcertMode(TorchFunctionMode):
         to = handler(region, name, args, kwargs)
         if to is None:
             return func(*args, **kwargs)
+        if handler is _SETS_DTYPE:  # native's fp32_set_opt_dtype: the op gets dtype=, its tensors as given
+            return func(*args, **{**kwargs, "dtype": to})
         return func(*[_cast_arg(a, to, region, st, compiling) for a in args],
                     **{k: _cast_arg(v, to, region, st, compiling) for k, v in kwargs.items()})
 

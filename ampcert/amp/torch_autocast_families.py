@@ -13,8 +13,10 @@ Family              native CastPolicy      the call's eligible tensors are cast 
 ==================  =====================  =============================================
 ``lower_precision`` ``lower_precision_fp`` the region's dtype (float16 or bfloat16)
 ``fp32``            ``fp32``               float32
-``fp32_with_dtype`` ``fp32_set_opt_dtype`` float32, unless the call passes a ``dtype``
-                                           or its first tensor is not eligible
+``fp32_with_dtype`` ``fp32_set_opt_dtype`` nothing: the call gets ``dtype=float32``
+                                           (the op computes in fp32 from its inputs
+                                           as given), unless it passes a ``dtype`` or
+                                           its first tensor is not eligible
 ``promote``         ``promote``            the widest dtype among them
 ``banned``          (CUDA's banned ops)    nothing: the call raises if a tensor is on
                                            the region's device type
@@ -35,7 +37,8 @@ lookup per call, keyed by the op, and calls the handler::
     to = region.handlers[name](region, name, args, kwargs)
 
 A handler only decides: it returns the dtype to cast to, or None when the call
-runs as given (or raises, for ``banned``). The mode casts (through its weight
+runs as given (or raises, for ``banned``); for ``fp32_with_dtype``, the dtype the
+call is given as its ``dtype`` argument, as native's ``set_opt_dtype`` does. The mode casts (through its weight
 cache, which every family shares) and calls the op. Handlers allocate nothing
 beyond the list of eligible tensors.
 
@@ -55,6 +58,7 @@ from .policy import OpPolicy
 __all__ = [
     "BCE_BANNED_MESSAGE",
     "HANDLERS",
+    "SET_OPT_DTYPE",
     "Family",
     "Handler",
     "Region",
@@ -198,6 +202,8 @@ HANDLERS: dict[Family, Handler] = {
     Family.PROMOTE: _to_widest,
     Family.BANNED: _refuse,
 }
+#: fp32_with_dtype's handler: its dtype is given to the call as ``dtype=``, no tensor is cast
+SET_OPT_DTYPE = _to_fp32_unless_dtype
 
 
 # ---------------------------------------------------------------------------

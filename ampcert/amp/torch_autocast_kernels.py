@@ -115,6 +115,26 @@ def _has_native_kernel(op: torch._ops.OpOverload, key_name: str) -> bool | None:
         return None
 
 
+def _dtype_slot(op: torch._ops.OpOverload) -> int | None:
+    """Where ``op`` takes its ``dtype`` argument: its position, or -1 for a keyword-only
+    one; None when it has none (fp32_with_dtype then casts the tensors instead)."""
+    positional = 0
+    for arg in op._schema.arguments:
+        if arg.name == "dtype":
+            return -1 if arg.kwarg_only else positional
+        if not arg.kwarg_only:
+            positional += 1
+    return None
+
+
+def _with_dtype(slot: int, dtype: torch.dtype, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The call with ``dtype`` set, as native's fp32_set_opt_dtype makes it (the handler
+    made sure the call passed none: a positional one is None there)."""
+    if 0 <= slot < len(args):
+        return args[:slot] + (dtype,) + args[slot + 1:], kwargs
+    return args, {**kwargs, "dtype": dtype}
+
+
 @dataclass(frozen=True)
 class Overrides:
     """Where a policy differs from native at one device type's Autocast key.
@@ -272,6 +292,7 @@ class Kernels:
         native_family = self.native.get(name) if native_kernel else None
         dev = self.device_type
         call = op._op  # the C++ callable under OpOverload.__call__: one Python frame less per call
+        dtype_slot = _dtype_slot(op)
 
         def kernel(keyset: torch._C.DispatchKeySet, *args: Any, **kwargs: Any) -> Any:
             region = region_of()
@@ -297,6 +318,9 @@ class Kernels:
                     to = HANDLERS[family](region, name, args, kwargs)
                 if to is None:
                     return call(*args, **kwargs)
+                if family is Family.FP32_WITH_DTYPE and dtype_slot is not None:
+                    given, kw = _with_dtype(dtype_slot, to, args, kwargs)
+                    return call(*given, **kw)
                 cast, kw = cast_arg(to, region, args, kwargs)
                 return call(*cast, **kw)
 

@@ -90,16 +90,6 @@ def _without_casts(ops):
     return [op for op in ops if op[0] != "_to_copy"]
 
 
-def _upcast_before(a, n, low: str) -> bool:
-    """ampcert cast the input to fp32 before the op, where native passed ``dtype=float32``
-    to it (fp32_set_opt_dtype): the same ops with fp32 in place of the low input dtype.
-    The CPU gives the same values both ways, bit for bit; the GPU audit checks CUDA's."""
-    return len(a) == len(n) and all(
-        x[0] == y[0] and len(x[1]) == len(y[1])
-        and all(p == q or (p == "f32" and q == low) for p, q in zip(x[1], y[1], strict=True))
-        for x, y in zip(a, n, strict=True))
-
-
 def _compare_every_sample(low: torch.dtype):
     """{op: [(scenario, ampcert's trace, native's trace)]} where the traces differ, and how
     many scenarios ran without an error on both sides."""
@@ -137,28 +127,17 @@ def test_the_dispatcher_engine_decides_every_sampled_op_on_cuda_as_native(fake_c
 
     differ, ran = _compare_every_sample(low)
     assert ran > 300, ran  # listed and unlisted ops, each scenario that runs on fake tensors
-    short = audit._short(low)
-    # linalg_norm: in the policy (fp32_with_dtype) and in no native list, so ampcert's own
-    # kernel decides it; native's composite passes dtype=float32 to linalg_vector_norm.
-    upcast = {op for op, cases in differ.items()
-              if all(a[0] == n[0] and _upcast_before(a[1], n[1], short) for _, a, n in cases)}
-    assert upcast == {"linalg_norm"}, {op: differ[op][0] for op in upcast}
-    assert set(differ) == upcast, {op: differ[op][0] for op in set(differ) - upcast}
+    assert not differ, {op: cases[0] for op, cases in differ.items()}
 
 
 @pytest.mark.parametrize("low", LOW_DTYPES, ids=["fp16", "bf16"])
 def test_the_python_engine_on_cuda_differs_only_where_the_reference_says(fake_cuda, python_engine, low):
     assert engine_of("cuda", low)["engine"] == "python"
     differ, _ = _compare_every_sample(low)
-    short = audit._short(low)
-    policy = shipped_policy("cuda")
-    upcast = {op for op, cases in differ.items()
-              if all(a[0] == n[0] and _upcast_before(a[1], n[1], short) for _, a, n in cases)}
-    # The fp32_with_dtype family: the Python engine casts the input, native passes dtype=.
-    assert upcast and all(policy.family(op) == "fp32_with_dtype" for op in upcast), upcast
     # Composites native casts halfway (KNOWN_DIVERGENCES), and rms_norm: native 2.13+ puts
-    # it in fp32 on CUDA; the policy waits for a GPU audit on the supported floor (its header).
-    assert set(differ) - upcast <= set(KNOWN_DIVERGENCES["cuda"]) | {"rms_norm"}, set(differ) - upcast
+    # it in fp32 on CUDA; the policy waits for a GPU audit on the supported floor (its
+    # header). The dispatcher engine leaves all of them to native.
+    assert set(differ) <= set(KNOWN_DIVERGENCES["cuda"]) | {"rms_norm"}, {op: differ[op][0] for op in differ}
     assert "cross_entropy_loss" in differ
 
 

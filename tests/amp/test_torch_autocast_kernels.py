@@ -247,3 +247,41 @@ def test_a_run_can_say_which_engine_decides():
     python_policy = shipped_policy("cpu").with_overrides({"multi_head_attention_forward": "fp32"})
     assert torch_autocast.engine_of("cpu", BF16, python_policy) == {"engine": "python"}
 
+
+
+# fp32_with_dtype is native's fp32_set_opt_dtype: the op gets dtype=float32 and computes
+# in fp32 from its inputs as given (no cast before it), unless the call passes a dtype.
+# softmax.int takes dtype positionally in its schema, sum.dim_IntList as a keyword.
+WITH_DTYPE = {
+    "torch.softmax": (lambda x: torch.softmax(x, 1), lambda x: torch.softmax(x, 1, dtype=torch.float32)),
+    "F.log_softmax": (lambda x: F.log_softmax(x, -1), lambda x: F.log_softmax(x, -1, dtype=torch.float32)),
+    "Tensor.sum": (lambda x: x.sum(1), lambda x: x.sum(1, dtype=torch.float32)),
+    "linalg.vector_norm": (lambda x: torch.linalg.vector_norm(x, dim=1),
+                           lambda x: torch.linalg.vector_norm(x, dim=1, dtype=torch.float32)),
+    "cumsum": (lambda x: torch.cumsum(x, 1), lambda x: torch.cumsum(x, 1, dtype=torch.float32)),
+}
+
+
+@pytest.mark.parametrize("engine", ["dispatcher", "python"])
+@pytest.mark.parametrize("name", list(WITH_DTYPE))
+def test_fp32_with_dtype_passes_dtype_to_the_op_as_native_does(name, engine, monkeypatch):
+    from ampcert.amp.audit import _AtenOps
+    from ampcert.amp.policy import OpPolicy
+
+    if engine == "python":
+        monkeypatch.setattr(torch_autocast, "_dispatcher_serial", lambda key: -1)
+    policy = OpPolicy(name="with-dtype", device_type="cpu", ops={
+        op: "fp32_with_dtype" for op in ("softmax", "log_softmax", "sum", "linalg_vector_norm", "cumsum")})
+    assert torch_autocast.engine_of("cpu", BF16, policy)["engine"] == engine
+    call, reference = WITH_DTYPE[name]
+    x = torch.randn(4, 9, generator=torch.Generator().manual_seed(0)).to(BF16)
+    trace, natively = _AtenOps(), _AtenOps()
+    with trace, autocast("cpu", BF16, policy=policy):
+        out = call(x)
+    with natively:
+        expected = reference(x)
+    assert out.dtype == torch.float32 and torch.equal(out, expected), name
+    assert trace.ops == natively.ops  # the op's own kernel made any fp32 copy, as asked
+    # A dtype the caller passes wins.
+    with autocast("cpu", BF16, policy=policy):
+        assert torch.softmax(x, 1, dtype=BF16).dtype == BF16 and x.sum(1, dtype=BF16).dtype == BF16
