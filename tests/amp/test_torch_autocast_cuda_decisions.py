@@ -134,10 +134,9 @@ def test_the_dispatcher_engine_decides_every_sampled_op_on_cuda_as_native(fake_c
 def test_the_python_engine_on_cuda_differs_only_where_the_reference_says(fake_cuda, python_engine, low):
     assert engine_of("cuda", low)["engine"] == "python"
     differ, _ = _compare_every_sample(low)
-    # Composites native casts halfway (KNOWN_DIVERGENCES), and rms_norm: native 2.13+ puts
-    # it in fp32 on CUDA; the policy waits for a GPU audit on the supported floor (its
-    # header). The dispatcher engine leaves all of them to native.
-    assert set(differ) <= set(KNOWN_DIVERGENCES["cuda"]) | {"rms_norm"}, {op: differ[op][0] for op in differ}
+    # The reference's known divergences: composites native casts halfway, and rms_norm
+    # (fp32 natively since torch 2.12). The dispatcher engine leaves them to native.
+    assert set(differ) <= set(KNOWN_DIVERGENCES["cuda"]), {op: differ[op][0] for op in differ}
     assert "cross_entropy_loss" in differ
 
 
