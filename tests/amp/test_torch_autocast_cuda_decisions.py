@@ -42,21 +42,22 @@ QUERIES = {"device"}
 
 
 class FakeCudaInputs(Inputs):
-    """The audit's sample inputs, made on the host and moved to a fake CUDA tensor.
-    (``Tensor.to("cuda")`` asks the CUDA runtime first, which a CPU build lacks;
-    ``aten._to_copy`` goes straight to the fake tensor's kernel.)"""
+    """The audit's sample inputs as fake CUDA tensors: the shapes and dtypes the audit
+    gives them (a fake tensor has no values to carry). Made with ``torch.empty``, the one
+    way to a fake CUDA tensor that asks nothing of the CUDA runtime in every supported
+    build (``Tensor.to("cuda")`` initialises it; a CPU build has none)."""
 
     def __call__(self, *shape: int, kind: str = "randn") -> torch.Tensor:
-        return torch.ops.aten._to_copy(self.base(shape, kind), device=CUDA, dtype=self._next_dtype())
+        return torch.empty(self.base(shape, kind).shape, dtype=self._next_dtype(), device=CUDA)
 
     def of(self, value: torch.Tensor) -> torch.Tensor:
-        return torch.ops.aten._to_copy(value, device=CUDA, dtype=self._next_dtype())
+        return torch.empty(value.shape, dtype=self._next_dtype(), device=CUDA)
 
     def long(self, data) -> torch.Tensor:
-        return torch.ops.aten._to_copy(torch.tensor(data, dtype=torch.long), device=CUDA)
+        return torch.empty(torch.tensor(data).shape, dtype=torch.long, device=CUDA)
 
     def int32(self, data) -> torch.Tensor:
-        return torch.ops.aten._to_copy(torch.tensor(data, dtype=torch.int32), device=CUDA)
+        return torch.empty(torch.tensor(data).shape, dtype=torch.int32, device=CUDA)
 
 
 @pytest.fixture
@@ -65,6 +66,11 @@ def fake_cuda(monkeypatch):
     (a CUDA setting seen before it, without a GPU, was given to the Python engine)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    with FakeTensorMode():
+        # The first fake CUDA tensor of a process makes a real one where CUDA is
+        # available (once per device: so that a backward can run); made before the
+        # answer below, it makes none.
+        torch.empty(1, device=CUDA)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     monkeypatch.setattr(torch_autocast, "_REGIONS", {})
