@@ -184,15 +184,15 @@ _REGIONS: dict[tuple, Region] = {}
 
 
 @torch.compiler.assume_constant_result
-def _region_key(device_type: str, dtype: torch.dtype, policy: OpPolicy, enabled: bool,
+def _region_key(device_type: str, dtype: torch.dtype, policy: str, enabled: bool,
                 cache_enabled: bool) -> tuple:
-    """The key of this setting's region in _REGIONS, the region made on first use. Under
-    torch.compile it runs once, while the tracer reads the code: a region made in the
-    trace instead would be made again by the compiled call, and the second step's call,
-    finding _REGIONS changed, would compile a second graph."""
-    key = (device_type, dtype, id(policy), enabled, cache_enabled)
+    """The key of this setting's region in _REGIONS, made on first use (the policy by its
+    digest: torch 2.11's Dynamo cannot pass a frozen dataclass here). Under torch.compile it
+    runs once, while the tracer reads the code: a region made in the trace would be made
+    again by the compiled call, and the next step, finding _REGIONS changed, would recompile."""
+    key = (device_type, dtype, policy, enabled, cache_enabled)
     if key not in _REGIONS:
-        _REGIONS[key] = Region(device_type, dtype, policy, enabled, cache_enabled)
+        _REGIONS[key] = Region(device_type, dtype, _POLICIES[policy], enabled, cache_enabled)
     return key
 
 
@@ -385,14 +385,19 @@ def _read_policy(device_type: str, ref: str | Path | None) -> str:
     """The content digest of the policy ``ref`` names (None: the shipped one for the device),
     its object kept in _POLICIES: one object per content, whichever autocast read it, so a
     trace's guards on it hold from step to step and the region made for it is reused."""
-    policy = shipped_policy(device_type) if ref is None else load_policy(ref)
+    return _keep_policy(shipped_policy(device_type) if ref is None else load_policy(ref))
+
+
+@torch.compiler.assume_constant_result
+def _keep_policy(policy: OpPolicy) -> str:
+    """Its digest, the object kept in _POLICIES for the digest (one object per content)."""
     return _POLICIES.setdefault(policy.effective_sha256, policy).effective_sha256
 
 
 @torch.compiler.assume_constant_result
-def _prepare(policy: OpPolicy) -> bool:
+def _prepare(policy: str) -> bool:
     """The per-callable decisions (torch_autocast_tracing), made once per process."""
-    _TRACING.prepare(policy)
+    _TRACING.prepare(_POLICIES[policy])
     return True
 
 
@@ -439,6 +444,8 @@ class autocast:
                 policy = _POLICIES[digest]
         elif not isinstance(policy, OpPolicy):
             policy = _POLICIES[_read_policy(dev, policy)]
+        elif policy.effective_sha256 not in _POLICIES:
+            _keep_policy(policy)
         self.device_type = dev
         self.fast_dtype = dtype
         self.policy = policy
@@ -454,7 +461,8 @@ class autocast:
 
     def __enter__(self) -> autocast:
         st = _STATE
-        key = _region_key(self.device_type, self.fast_dtype, self.policy, self.enabled, self.cache_enabled)
+        key = _region_key(self.device_type, self.fast_dtype, self.policy.effective_sha256, self.enabled,
+                          self.cache_enabled)
         if st.mode_depth == 0:
             serial = _dispatcher_serial(key)
             if serial >= 0:  # the dispatcher engine (torch_autocast_kernels)
@@ -477,7 +485,7 @@ class autocast:
         """The Python engine's entry: the mode pushed at its first region. Returns the native
         autocast it turned off (inside a region of the dispatcher engine), or None."""
         if st.mode_depth == 0:
-            _prepare(self.policy)
+            _prepare(self.policy.effective_sha256)
         native_off = None
         if not _compiling() and torch.is_autocast_enabled(region.device_type):
             # inside a region of the dispatcher engine: native's casts stop here, the mode decides
@@ -567,7 +575,8 @@ def engine_of(device_type: str, dtype: torch.dtype | None = None,
     ``{"engine": "dispatcher", "ampcert_kernels": [...]}`` (native's kernels, and ampcert's
     for the ops listed, where the policy differs from native) or ``{"engine": "python"}``."""
     probe = autocast(device_type, dtype, policy)
-    key = _region_key(probe.device_type, probe.fast_dtype, probe.policy, probe.enabled, probe.cache_enabled)
+    key = _region_key(probe.device_type, probe.fast_dtype, probe.policy.effective_sha256, probe.enabled,
+                      probe.cache_enabled)
     if _dispatcher_serial(key) < 0:
         return {"engine": "python"}
     overrides = _REGIONS[key].kernel_ops

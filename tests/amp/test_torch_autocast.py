@@ -443,3 +443,19 @@ def test_each_handler_decides_its_familys_dtype():
     assert HANDLERS[Family.BANNED](region, "some_op", (1.0,), {}) is None  # no tensor on the device
     with pytest.raises(RuntimeError, match="some_op is banned"):
         HANDLERS[Family.BANNED](region, "some_op", (ints,), {})
+
+
+def test_regions_are_kept_per_policy_content_not_per_object():
+    # A policy loaded again (per step, per worker) is the same setting: one region for it,
+    # so the table of regions stays as small as the policies a process meets.
+    from ampcert.amp import torch_autocast
+    from ampcert.amp.policy import OpPolicy
+
+    x = torch.randn(2, 4)
+    made = [OpPolicy(name="fresh", device_type="cpu", ops={"linear": "lower_precision", "exp": "fp32"})
+            for _ in range(3)]
+    before = len(torch_autocast._REGIONS)
+    for policy in made:
+        with autocast("cpu", BF16, policy=policy):
+            assert F.linear(x, x).dtype == BF16 and torch.exp(x.to(BF16)).dtype == torch.float32
+    assert len(torch_autocast._REGIONS) == before + 1
