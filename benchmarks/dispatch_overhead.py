@@ -29,6 +29,12 @@ The script prints the CPU flags it ran on and its own command line, and always e
 it is a measurement, not a test. Run from the repository root::
 
     .venv/bin/python benchmarks/dispatch_overhead.py [--rounds 15] [--ops 3000] [--json out.json]
+    python benchmarks/dispatch_overhead.py --device cuda [--dtype fp16]   # on a GPU
+
+On CUDA the regions are ``torch.autocast("cuda")`` and ``ampcert.amp.autocast("cuda")``
+(fp16 by default), the device is synchronized before each round's clock stops, and the
+third chain is ``relu(matrix_power(y, 2))``: native CUDA autocast lists ``einsum``, and
+``matrix_power`` is the op ampcert's kernel decides there.
 
 About 30 s with the defaults.
 """
@@ -60,13 +66,13 @@ GOAL = 1.25
 SIZE = 8
 
 
-def chains(ops: int) -> dict[str, tuple[Callable[[], object], int]]:
+def chains(ops: int, device: str = "cpu") -> dict[str, tuple[Callable[[], object], int]]:
     """Each workload: a function running about ``ops`` ops, and how many it runs."""
     g = torch.Generator().manual_seed(0)
-    w = torch.randn(SIZE, SIZE, generator=g).requires_grad_()
-    b = torch.randn(SIZE, generator=g).requires_grad_()
-    x = torch.randn(SIZE, SIZE, generator=g)
-    r = torch.randn(SIZE, SIZE, generator=g)
+    w = torch.randn(SIZE, SIZE, generator=g).to(device).requires_grad_()
+    b = torch.randn(SIZE, generator=g).to(device).requires_grad_()
+    x = torch.randn(SIZE, SIZE, generator=g).to(device)
+    r = torch.randn(SIZE, SIZE, generator=g).to(device)
     pairs, triples = ops // 2, ops // 3
 
     def linear_relu() -> object:
@@ -90,6 +96,16 @@ def chains(ops: int) -> dict[str, tuple[Callable[[], object], int]]:
                 y = torch.relu(torch.einsum("ij,kj->ik", y, w))
         return y
 
+    def kernel_op_cuda() -> object:
+        y = x
+        with torch.no_grad():
+            for _ in range(pairs):
+                y = torch.relu(torch.matrix_power(y, 2))
+        return y
+
+    if device == "cuda":  # native CUDA autocast lists einsum; matrix_power is ampcert's kernel there
+        return {"linear+relu": (linear_relu, 2 * pairs), "mixed": (mixed, 3 * triples),
+                "matrix_power+relu": (kernel_op_cuda, 2 * pairs)}
     return {"linear+relu": (linear_relu, 2 * pairs), "mixed": (mixed, 3 * triples),
             "einsum+relu": (kernel_op, 2 * pairs)}
 
@@ -101,26 +117,33 @@ class PassThrough(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
-    "none": contextlib.nullcontext,
-    "native": lambda: torch.autocast("cpu", dtype=torch.bfloat16),
-    "mode-only": PassThrough,
-    "ampcert": lambda: amp_autocast("cpu", torch.bfloat16),
-}
+def variants(device: str, dtype: torch.dtype) -> dict[str, Callable[[], contextlib.AbstractContextManager]]:
+    return {
+        "none": contextlib.nullcontext,
+        "native": lambda: torch.autocast(device, dtype=dtype),
+        "mode-only": PassThrough,
+        "ampcert": lambda: amp_autocast(device, dtype),
+    }
 
 
-def measure(fn: Callable[[], object], n_ops: int, rounds: int) -> dict[str, list[float]]:
-    """Microseconds per op of each variant, one figure per round, order rotating."""
-    names = list(VARIANTS)
+def measure(fn: Callable[[], object], n_ops: int, rounds: int, device: str = "cpu",
+            dtype: torch.dtype = torch.bfloat16) -> dict[str, list[float]]:
+    """Microseconds per op of each variant, one figure per round, order rotating (on CUDA
+    the device is synchronized before the clock stops)."""
+    regions = variants(device, dtype)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    names = list(regions)
     for name in names:  # warm-up: caches, the op-name map, the policy file
-        with VARIANTS[name]():
+        with regions[name]():
             fn()
+    sync()
     per: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            with VARIANTS[name]():
+            with regions[name]():
                 t0 = time.perf_counter()
                 fn()
+                sync()
                 per[name].append((time.perf_counter() - t0) / n_ops * 1e6)
     return per
 
@@ -138,16 +161,23 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--ops", type=int, default=3000, help="ops per timed chain")
     ap.add_argument("--json", type=Path, help="write the figures here too")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--dtype", choices=("bf16", "fp16"), help="default: bf16 on cpu, fp16 on cuda")
     args = ap.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: no CUDA device here")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype or ("fp16" if args.device == "cuda" else "bf16")]
     torch.set_num_threads(1)
     cpu = cpu_info()
     flags = cpu["flags"] if isinstance(cpu["flags"], dict) else {}
     print(f"command: {shlex.join([Path(sys.executable).name, *sys.argv])}")
     print(f"cpu: {cpu['model']}; flags: {', '.join(f for f, on in flags.items() if on) or 'unknown'}")
-    print(f"torch {torch.__version__}, 1 thread; tensors {SIZE}x{SIZE}; load before: {load_average()}")
-    out: dict[str, object] = {"torch": torch.__version__, "cpu": cpu["model"], "flags": flags, "workloads": {}}
-    for label, (fn, n_ops) in chains(args.ops).items():
-        per = measure(fn, n_ops, args.rounds)
+    where = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    print(f"torch {torch.__version__}, 1 thread; {where}, {dtype}; tensors {SIZE}x{SIZE}; load before: {load_average()}")
+    out: dict[str, object] = {"torch": torch.__version__, "cpu": cpu["model"], "flags": flags, "device": where,
+                              "dtype": str(dtype), "workloads": {}}
+    for label, (fn, n_ops) in chains(args.ops, args.device).items():
+        per = measure(fn, n_ops, args.rounds, args.device, dtype)
         med = {n: float(np.median(v)) for n, v in per.items()}
         vs_native = ratio(per["native"], per["ampcert"])
         verdict = "meets" if vs_native["ratio"] <= GOAL else "misses"
