@@ -89,7 +89,7 @@ from torch.overrides import TorchFunctionMode
 from .policy import OpPolicy, load_policy, shipped_policy
 from .precision import LOW_PRECISIONS, dtype_name
 from .torch_autocast_families import BCE_BANNED_MESSAGE, Family, Region, fixed_target, iter_tensors
-from .torch_autocast_families import SET_OPT_DTYPE as _SETS_DTYPE
+from .torch_autocast_families import set_opt_dtype as _SETS_DTYPE
 from .torch_autocast_kernels import Overrides, serial_of
 from .torch_autocast_kernels import close_region as _close_region
 from .torch_autocast_kernels import open_region as _open_region

@@ -37,10 +37,11 @@ lookup per call, keyed by the op, and calls the handler::
     to = region.handlers[name](region, name, args, kwargs)
 
 A handler only decides: it returns the dtype to cast to, or None when the call
-runs as given (or raises, for ``banned``); for ``fp32_with_dtype``, the dtype the
-call is given as its ``dtype`` argument, as native's ``set_opt_dtype`` does. The mode casts (through its weight
-cache, which every family shares) and calls the op. Handlers allocate nothing
-beyond the list of eligible tensors.
+runs as given (or raises, for ``banned``). The mode casts (through its weight
+cache, which every family shares) and calls the op; for the ``fp32_with_dtype`` ops
+that take a ``dtype`` (:func:`set_opt_dtype`), it passes the dtype as that argument
+instead, as native's ``set_opt_dtype`` does. Handlers allocate nothing beyond the
+list of eligible tensors.
 
 Imports torch, the standard library and :mod:`.policy`.
 """
@@ -58,7 +59,7 @@ from .policy import OpPolicy
 __all__ = [
     "BCE_BANNED_MESSAGE",
     "HANDLERS",
-    "SET_OPT_DTYPE",
+    "set_opt_dtype",
     "Family",
     "Handler",
     "Region",
@@ -66,6 +67,7 @@ __all__ = [
     "fixed_target",
     "iter_tensors",
     "on_device",
+    "takes_dtype",
 ]
 
 BCE_BANNED_MESSAGE = (
@@ -202,8 +204,23 @@ HANDLERS: dict[Family, Handler] = {
     Family.PROMOTE: _to_widest,
     Family.BANNED: _refuse,
 }
-#: fp32_with_dtype's handler: its dtype is given to the call as ``dtype=``, no tensor is cast
-SET_OPT_DTYPE = _to_fp32_unless_dtype
+
+
+def set_opt_dtype(region: Region, name: str, args: tuple, kwargs: dict) -> torch.dtype | None:
+    """fp32_with_dtype's handler for an op that takes a ``dtype`` argument: the dtype is
+    given to the call as ``dtype=`` and no tensor is cast, as native's set_opt_dtype does.
+    (An op with none, listed there by a user's policy, gets the plain handler: its tensors
+    are cast.)"""
+    return _to_fp32_unless_dtype(region, name, args, kwargs)
+
+
+def takes_dtype(name: str) -> bool:
+    """Whether an overload of ``aten::name`` takes a ``dtype`` argument."""
+    packet = getattr(torch.ops.aten, name, None)
+    if packet is None:
+        return False
+    return any(arg.name == "dtype" for overload in packet.overloads()
+               for arg in getattr(packet, overload)._schema.arguments)
 
 
 # ---------------------------------------------------------------------------
@@ -222,7 +239,9 @@ class Region:
         self.dtype = dtype
         self.policy = policy
         self.families: dict[str, Family] = {op: Family(fam) for op, fam in policy.ops.items()}
-        self.handlers: dict[str, Handler] = {op: HANDLERS[fam] for op, fam in self.families.items()}
+        self.handlers: dict[str, Handler] = {
+            op: set_opt_dtype if fam is Family.FP32_WITH_DTYPE and takes_dtype(op) else HANDLERS[fam]
+            for op, fam in self.families.items()}
         self.mixed = policy.uncast_if_mixed
         self.enabled = enabled
         self.cache_enabled = cache_enabled

@@ -21,7 +21,7 @@ from ampcert.amp.torch_autocast import (
     get_autocast_dtype,
     is_autocast_enabled,
 )
-from ampcert.amp.torch_autocast_families import HANDLERS, Region
+from ampcert.amp.torch_autocast_families import HANDLERS, Region, set_opt_dtype, takes_dtype
 
 BF16, FP16, FP32, FP64 = torch.bfloat16, torch.float16, torch.float32, torch.float64
 
@@ -429,7 +429,9 @@ def test_the_dispatch_table_covers_every_family_and_every_shipped_op():
         assert pol.ops and {Family(fam) for fam in pol.ops.values()} <= set(HANDLERS), name
         region = Region(pol.device_type, BF16, pol, True, True)
         assert region.handlers.keys() == pol.ops.keys(), name
-        assert all(region.handlers[op] is HANDLERS[Family(fam)] for op, fam in pol.ops.items()), name
+        # fp32_with_dtype's ops that take a dtype get it as an argument (set_opt_dtype)
+        assert all(region.handlers[op] is (set_opt_dtype if Family(fam) is Family.FP32_WITH_DTYPE and takes_dtype(op)
+                                           else HANDLERS[Family(fam)]) for op, fam in pol.ops.items()), name
 
 
 def test_each_handler_decides_its_familys_dtype():

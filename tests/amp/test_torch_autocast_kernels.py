@@ -285,3 +285,19 @@ def test_fp32_with_dtype_passes_dtype_to_the_op_as_native_does(name, engine, mon
     # A dtype the caller passes wins.
     with autocast("cpu", BF16, policy=policy):
         assert torch.softmax(x, 1, dtype=BF16).dtype == BF16 and x.sum(1, dtype=BF16).dtype == BF16
+
+
+@pytest.mark.parametrize("engine", ["dispatcher", "python"])
+def test_an_op_with_no_dtype_argument_in_fp32_with_dtype_is_cast(engine, monkeypatch):
+    # Native's set_opt_dtype only applies to ops that take a dtype; a user's policy may list
+    # another there (var, exp): its tensors are cast to fp32 instead.
+    from ampcert.amp.policy import OpPolicy
+
+    if engine == "python":
+        monkeypatch.setattr(torch_autocast, "_dispatcher_serial", lambda key: -1)
+    policy = OpPolicy(name="no-dtype", device_type="cpu", ops={"var": "fp32_with_dtype", "exp": "fp32_with_dtype"})
+    x = torch.randn(4, 4, generator=torch.Generator().manual_seed(0)).to(BF16)
+    with autocast("cpu", BF16, policy=policy):
+        out = (torch.var(x), x.var(0), torch.exp(x))
+    assert [o.dtype for o in out] == [torch.float32] * 3
+    assert torch.equal(out[2], torch.exp(x.float())) and torch.equal(out[1], x.float().var(0))
