@@ -168,10 +168,13 @@ _SCENARIOS = ("f32", "low", "mix")
 _VALUE_RETRIES = 3
 
 
-def _scenarios_for(builder: Builder, low: torch.dtype, device: str) -> list[tuple[str, Callable[[], object]]]:
+def _scenarios_for(builder: Builder, low: torch.dtype, device: str,
+                   inputs_of: type[Inputs] = Inputs) -> list[tuple[str, Callable[[], object]]]:
+    """(scenario, thunk) for each scenario the builder's inputs allow; ``inputs_of`` makes
+    the tensors (tests/amp/test_torch_autocast_cuda_decisions.py makes fake CUDA ones)."""
     out = []
     for sc in _SCENARIOS:
-        inputs = Inputs(sc, low, device)
+        inputs = inputs_of(sc, low, device)
         thunk = builder(inputs)
         if sc == "mix" and inputs.n_float < 2:
             continue

@@ -444,7 +444,7 @@ class autocast:
                 policy = _POLICIES[digest]
         elif not isinstance(policy, OpPolicy):
             policy = _POLICIES[_read_policy(dev, policy)]
-        elif policy.effective_sha256 not in _POLICIES:
+        elif policy.effective_sha256 not in _POLICIES:  # (a kept one is not passed: 2.11's Dynamo cannot)
             _keep_policy(policy)
         self.device_type = dev
         self.fast_dtype = dtype

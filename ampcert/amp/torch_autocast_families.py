@@ -59,14 +59,15 @@ from .policy import OpPolicy
 __all__ = [
     "BCE_BANNED_MESSAGE",
     "HANDLERS",
-    "set_opt_dtype",
     "Family",
     "Handler",
     "Region",
+    "dtype_slot",
     "eligible",
     "fixed_target",
     "iter_tensors",
     "on_device",
+    "set_opt_dtype",
     "takes_dtype",
 ]
 
@@ -214,13 +215,22 @@ def set_opt_dtype(region: Region, name: str, args: tuple, kwargs: dict) -> torch
     return _to_fp32_unless_dtype(region, name, args, kwargs)
 
 
+def dtype_slot(op: torch._ops.OpOverload) -> int | None:
+    """Where ``op`` takes its ``dtype`` argument: its position, or -1 for a keyword-only
+    one; None when it has none (fp32_with_dtype then casts the tensors instead)."""
+    positional = 0
+    for arg in op._schema.arguments:
+        if arg.name == "dtype":
+            return -1 if arg.kwarg_only else positional
+        if not arg.kwarg_only:
+            positional += 1
+    return None
+
+
 def takes_dtype(name: str) -> bool:
     """Whether an overload of ``aten::name`` takes a ``dtype`` argument."""
     packet = getattr(torch.ops.aten, name, None)
-    if packet is None:
-        return False
-    return any(arg.name == "dtype" for overload in packet.overloads()
-               for arg in getattr(packet, overload)._schema.arguments)
+    return packet is not None and any(dtype_slot(getattr(packet, o)) is not None for o in packet.overloads())
 
 
 # ---------------------------------------------------------------------------

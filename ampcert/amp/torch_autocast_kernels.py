@@ -58,7 +58,7 @@ import torch
 
 from .audit_samples import DATA_DIR, SampleError, read_data
 from .policy import FAMILIES, OpPolicy, shipped_policy
-from .torch_autocast_families import HANDLERS, Family, Region, fixed_target
+from .torch_autocast_families import HANDLERS, Family, Region, dtype_slot, fixed_target
 from .torch_autocast_state import STATE, kernel_cast_args
 from .torch_autocast_tracing import compiling as is_compiling
 from .torch_ops import op_in_torch
@@ -113,18 +113,6 @@ def _has_native_kernel(op: torch._ops.OpOverload, key_name: str) -> bool | None:
         return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key_name)
     except RuntimeError:
         return None
-
-
-def _dtype_slot(op: torch._ops.OpOverload) -> int | None:
-    """Where ``op`` takes its ``dtype`` argument: its position, or -1 for a keyword-only
-    one; None when it has none (fp32_with_dtype then casts the tensors instead)."""
-    positional = 0
-    for arg in op._schema.arguments:
-        if arg.name == "dtype":
-            return -1 if arg.kwarg_only else positional
-        if not arg.kwarg_only:
-            positional += 1
-    return None
 
 
 def _with_dtype(slot: int, dtype: torch.dtype, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -292,7 +280,7 @@ class Kernels:
         native_family = self.native.get(name) if native_kernel else None
         dev = self.device_type
         call = op._op  # the C++ callable under OpOverload.__call__: one Python frame less per call
-        dtype_slot = _dtype_slot(op)
+        slot = dtype_slot(op)
 
         def kernel(keyset: torch._C.DispatchKeySet, *args: Any, **kwargs: Any) -> Any:
             region = region_of()
@@ -318,8 +306,8 @@ class Kernels:
                     to = HANDLERS[family](region, name, args, kwargs)
                 if to is None:
                     return call(*args, **kwargs)
-                if family is Family.FP32_WITH_DTYPE and dtype_slot is not None:
-                    given, kw = _with_dtype(dtype_slot, to, args, kwargs)
+                if family is Family.FP32_WITH_DTYPE and slot is not None:
+                    given, kw = _with_dtype(slot, to, args, kwargs)
                     return call(*given, **kw)
                 cast, kw = cast_arg(to, region, args, kwargs)
                 return call(*cast, **kw)

@@ -89,11 +89,7 @@ def _trace(thunk, ctx) -> tuple[str, list[tuple[str, tuple[str, ...]]], frozense
     with rec:
         out, _ = audit._run(thunk, ctx)
     ops = [op for op in rec.ops if op[0] not in QUERIES]
-    return out, _without_casts(ops), frozenset(op for op in ops if op[0] == "_to_copy")
-
-
-def _without_casts(ops):
-    return [op for op in ops if op[0] != "_to_copy"]
+    return out, [op for op in ops if op[0] != "_to_copy"], frozenset(op for op in ops if op[0] == "_to_copy")
 
 
 def _compare_every_sample(low: torch.dtype):
@@ -104,14 +100,11 @@ def _compare_every_sample(low: torch.dtype):
     ran = 0
     for op in sorted(SAMPLES):
         for builder in SAMPLES[op]:
-            for scenario in ("f32", "low", "mix"):
-                inputs = FakeCudaInputs(scenario, low, "cuda")
-                try:
-                    thunk = builder(inputs)
-                except Exception:  # noqa: BLE001 - an op this torch lacks (linalg_matrix_sqrth)
-                    break
-                if scenario == "mix" and inputs.n_float < 2:
-                    continue
+            try:
+                scenarios = audit._scenarios_for(builder, low, "cuda", FakeCudaInputs)
+            except Exception:  # noqa: BLE001 - an op this torch lacks (linalg_matrix_sqrth)
+                continue
+            for scenario, thunk in scenarios:
                 amp = _trace(thunk, autocast("cuda", low, policy=policy))
                 native = _trace(thunk, torch.autocast("cuda", low))
                 if amp != native:
