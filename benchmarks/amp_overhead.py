@@ -168,16 +168,19 @@ def make_scaler_step(model: nn.Module, batches: list, scaler: Any) -> Callable[[
 # interleaved timing and statistics
 # ---------------------------------------------------------------------------
 def interleaved(variants: dict[str, Callable[[], None]], rounds: int, steps: int, warmup: int,
-                budget_s: float | None = None, min_rounds: int = 5) -> dict[str, list[float]]:
+                budget_s: float | None = None, min_rounds: int = 5,
+                sync: Callable[[], None] = lambda: None) -> dict[str, list[float]]:
     """Per-step ms of each variant, one entry per round; the order rotates every round.
 
     With ``budget_s``, stops after the first complete round past the budget (but not
     before ``min_rounds``), so a loaded machine cannot stretch the run indefinitely.
+    ``sync`` runs before each clock stops (``torch.cuda.synchronize`` on a GPU).
     """
     names = list(variants)
     for name in names:
         for _ in range(warmup):
             variants[name]()
+    sync()
     per: dict[str, list[float]] = {n: [] for n in names}
     t_begin = time.perf_counter()
     for r in range(rounds):
@@ -187,6 +190,7 @@ def interleaved(variants: dict[str, Callable[[], None]], rounds: int, steps: int
             t0 = time.perf_counter()
             for _ in range(steps):
                 fn()
+            sync()
             per[name].append((time.perf_counter() - t0) / steps * 1e3)
         if budget_s is not None and r + 1 >= min_rounds and time.perf_counter() - t_begin > budget_s:
             break

@@ -165,7 +165,7 @@ def main() -> None:
     ap.add_argument("--dtype", choices=("bf16", "fp16"), help="default: bf16 on cpu, fp16 on cuda")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("--device cuda: no CUDA device here")
+        ap.error("--device cuda: no CUDA device here")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype or ("fp16" if args.device == "cuda" else "bf16")]
     torch.set_num_threads(1)
     cpu = cpu_info()

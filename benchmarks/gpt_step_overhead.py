@@ -37,10 +37,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import shlex
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -52,7 +52,7 @@ for _path in (_ROOT, _ROOT / "benchmarks"):
         sys.path.insert(0, str(_path))
 
 import torch  # noqa: E402
-from amp_overhead import comparison, format_table  # noqa: E402
+from amp_overhead import comparison, format_table, interleaved  # noqa: E402
 
 from ampcert.amp import DynamicLossScaler  # noqa: E402
 from ampcert.amp import autocast as amp_autocast  # noqa: E402
@@ -71,7 +71,7 @@ def make_step(model: torch.nn.Module, batches: list, device: str, dtype: torch.d
     scaler: Any = None
     if dtype is torch.float16:
         scaler = torch.amp.GradScaler(device) if engine == "native" else DynamicLossScaler(device)
-    it = iter(range(1 << 62))
+    it = itertools.count()
 
     def step() -> None:
         x, y = batches[next(it) % len(batches)]
@@ -88,26 +88,6 @@ def make_step(model: torch.nn.Module, batches: list, device: str, dtype: torch.d
             scaler.update()
 
     return step
-
-
-def timed(variants: dict[str, Callable[[], None]], rounds: int, steps: int, warmup: int,
-          sync: Callable[[], None]) -> dict[str, list[float]]:
-    """Milliseconds per step of each variant, one figure per round, the order rotating."""
-    names = list(variants)
-    for name in names:
-        for _ in range(warmup):
-            variants[name]()
-    sync()
-    per: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            fn = variants[name]
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                fn()
-            sync()
-            per[name].append((time.perf_counter() - t0) / steps * 1e3)
-    return per
 
 
 def batches_of(params: GPTParams, batch: int, device: str, n: int = 4) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -132,9 +112,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write the figures here too")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("--device cuda: no CUDA device here (use --device cpu for a CPU check)")
+        ap.error("--device cuda: no CUDA device here (use --device cpu for a CPU check)")
     if args.batch < 1 or args.rounds < 2 or args.steps < 1:
-        sys.exit("--batch and --steps: at least 1; --rounds: at least 2")
+        ap.error("--batch and --steps: at least 1; --rounds: at least 2")
     device, dtype = args.device, DTYPES[args.dtype]
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     params = GPTParams(size=args.size)
@@ -154,7 +134,7 @@ def main() -> None:
     # Does the host bound the step? The baseline at 4x the batch against at the batch.
     probe = {f"batch {b}": make_step(copy.deepcopy(base), batches_of(params, b, device), device, dtype, "native")
              for b in (args.batch, 4 * args.batch)}
-    per = timed(probe, rounds=3, steps=args.steps, warmup=3, sync=sync)
+    per = interleaved(probe, rounds=3, steps=args.steps, warmup=3, sync=sync)
     small, large = (min(v) for v in per.values())
     print(f"host-bound check: the step at batch {4 * args.batch} takes {large / small:.2f}x the step at batch "
           f"{args.batch} ({small:.2f} vs {large:.2f} ms; ~1: the host bounds it, ~4: the device does)")
@@ -165,7 +145,7 @@ def main() -> None:
         AMPCERT: make_step(copy.deepcopy(base), batches, device, dtype, "ampcert"),
         AGAIN: make_step(copy.deepcopy(base), batches, device, dtype, "native"),
     }
-    per = timed(variants, rounds=args.rounds, steps=args.steps, warmup=3, sync=sync)
+    per = interleaved(variants, rounds=args.rounds, steps=args.steps, warmup=3, sync=sync)
     comp = comparison(f"gpt {args.size} train step on {device}, {args.dtype}, batch {args.batch}, "
                       f"{args.steps} steps/round", NATIVE, per, {AMPCERT: GOAL})
     print()
