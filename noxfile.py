@@ -9,7 +9,8 @@
 - `gpu`: the gpu-marked tests on a CUDA machine; `browser`: report.html in headless Chromium;
   `slurm`: `--executor slurm` on a real single-node Slurm (Debian's daemons, started as root);
   `postgres`: the history store on a real PostgreSQL server (Debian's);
-  `bench`: every script in benchmarks/.
+  `bench`: every script in benchmarks/;
+  `isa`: the quickstart's and the smoke suite's certificates at this CPU's ISA and held to AVX2.
 """
 
 import nox
@@ -305,3 +306,60 @@ def jax_oldest(session: nox.Session) -> None:
     tests/session/test_jax_without_torch.py). A third run of that suite here cost CI about
     a minute of CPU, for no JAX-version coverage the other two lack."""
     _jax_amp(session, "jax==0.10.*", harness=False)
+
+
+# The CPU held to AVX2, as on a CPU without AVX512-BF16/AMX (issue 56): ATen's vectorised
+# kernels (ATEN_CPU_CAPABILITY), oneDNN's convolutions and bf16 matmuls (ONEDNN_MAX_CPU_ISA)
+# and MKL's fp32 GEMMs (MKL_ENABLE_INSTRUCTIONS) all take their AVX2 code paths.
+AVX2_ONLY = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+def _quickstart_suite() -> str:
+    """The suite docs/quickstart.md writes (its `cat > my-suite.yaml` block), as the page has it."""
+    import pathlib
+    import re
+
+    page = pathlib.Path("docs/quickstart.md").read_text()
+    return re.search(r"cat > my-suite\.yaml <<'YAML'\n(.*?)\nYAML\n", page, re.S).group(1) + "\n"
+
+
+@nox.session
+def isa(session: nox.Session) -> None:
+    """The certificates the docs promise, at both CPU kinds on this one machine: the
+    quickstart's suite (from docs/quickstart.md) and `smoke`, each run at the machine's own
+    ISA and with the CPU held to AVX2 (AVX2_ONLY), `--repeat N` times each (default 1;
+    `nox -s isa -- --repeat 5 --only quickstart`), installed from the wheel as the README's
+    main job installs it. Every run must end `certificate: PASS`, exit 0.
+
+    How close the AVX2 setting comes to an AVX2-only machine: the same kernels run (ATen's
+    AVX2 code, oneDNN's and MKL's AVX2 paths, bf16 matmuls and convolutions converted to fp32
+    around fp32 kernels, as there), so the numbers a certificate judges are that code's. Not
+    the same: the cores are this machine's (their speed, caches and clocks: time-to-target
+    and throughput differ, the verdicts on accuracy do not), the capability probe still reads
+    avx512_bf16/amx in /proc/cpuinfo and so decides "accelerated" from its timing (slow under
+    AVX2: not accelerated, as there), and code that reads the flags itself (a library's own
+    dispatch through cpuid, outside these three switches) takes its native path. On an
+    AVX2-only machine both settings run the same code."""
+    import argparse
+    import pathlib
+    import shutil
+
+    parser = argparse.ArgumentParser(prog="nox -s isa --")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--only", choices=["quickstart", "smoke"], action="append")
+    args = parser.parse_args(session.posargs)
+    session.install(CPU_TORCH, ".[torch]")
+    tmp = pathlib.Path(session.create_tmp())
+    quickstart = tmp / "my-suite.yaml"
+    quickstart.write_text(_quickstart_suite())
+    suites = {"quickstart": str(quickstart), "smoke": "smoke"}
+    for setting, env in (("native", {}), ("avx2", AVX2_ONLY)):
+        for name in args.only or list(suites):
+            for i in range(args.repeat):
+                out = tmp / f"{name}-{setting}-{i}"
+                shutil.rmtree(out, ignore_errors=True)
+                log = session.run("ampcert", "run", suites[name], "--out", str(out), env=env, silent=True)
+                verdict = next((line for line in log.splitlines() if line.startswith("certificate: ")), "")
+                session.log(f"{name} at {setting} ({i + 1}/{args.repeat}): {verdict or 'no certificate'}")
+                if not verdict.startswith("certificate: PASS"):
+                    session.error(f"{name} at {setting}: {verdict or 'no certificate'}\n{log[-3000:]}")

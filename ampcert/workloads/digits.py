@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_serializer
 
-from ampcert.workloads.base import Budget, Prepared, TorchTask
+from ampcert.workloads.base import Budget, Prepared, TorchTask, warmup_cosine
 from ampcert.workloads.images import (  # noqa: F401 - the digits data, re-exported from where it lives
     EVAL_FRACTION,
     SPLIT_SEED,
@@ -29,6 +29,8 @@ from ampcert.workloads.images import (  # noqa: F401 - the digits data, re-expor
     load_digits_arrays,
 )
 from ampcert.workloads.init import Initialiser, Weights
+
+LR_FLOOR = 0.1  # the schedule's last rate, a fraction of lr (resnet's and gpt's too)
 
 
 class DigitsParams(BaseModel):
@@ -41,6 +43,19 @@ class DigitsParams(BaseModel):
     lr: float = Field(0.05, gt=0)
     momentum: float = Field(0.9, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
+    # The cosine learning-rate schedule's length: lr decays to LR_FLOOR x lr at this
+    # step (and the budget stops there by default), so the final accuracy has settled
+    # rather than caught mid-oscillation, as at a constant rate. None: a constant rate.
+    max_steps: PositiveInt | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        # An unset schedule is left out, so runs that predate the field keep their ids
+        # (a run's id hashes its resolved params).
+        out = handler(self)
+        if out.get("max_steps", 0) is None:
+            del out["max_steps"]
+        return out
 
 
 def load_digits_tensors():
@@ -72,7 +87,7 @@ class DigitsWorkload:
 
     def default_budget(self, params: DigitsParams) -> Budget:
         # fp32 reaches 0.95 in 100-125 steps at the default width on seeds 0-3.
-        return Budget(target=0.95, max_steps=300, eval_every=25)
+        return Budget(target=0.95, max_steps=params.max_steps or 300, eval_every=25)
 
     def prepare(self, params: DigitsParams, seed: int) -> Prepared:
         train_x, train_y, eval_x, eval_y = fixed_split(*load_digits_arrays())
@@ -80,6 +95,7 @@ class DigitsWorkload:
             params=params, weights=initial_weights(params, seed),
             train_x=train_x, train_y=train_y, eval_x=eval_x, eval_y=eval_y, batch_size=params.batch_size,
             data_note=f"sklearn load_digits: {len(train_x)} train / {len(eval_x)} eval, fixed split",
+            lr_lambda=warmup_cosine(0, params.max_steps, LR_FLOOR) if params.max_steps else None,
         )
 
     def build(self, params: DigitsParams, seed: int, device: str) -> TorchTask:
