@@ -202,8 +202,11 @@ class TrainingLog:
     def first_reaching(self, target: float, higher_is_better: bool) -> Eval | None:
         """The first evaluation (in log order) at or past ``target``: value >=
         target where higher is better, <= where lower is; None if none is.
-        A NaN evaluation reaches nothing."""
+        A non-finite evaluation (NaN, an infinity) reaches nothing: a diverged
+        run's Infinity is no accuracy."""
         for ev in self.evals:
+            if not math.isfinite(ev.value):
+                continue
             if (ev.value >= target) if higher_is_better else (ev.value <= target):
                 return ev
         return None

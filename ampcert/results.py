@@ -70,7 +70,10 @@ class FailureKind(str, Enum):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN and the infinities are written as the strings "NaN", "Infinity" and "-Infinity"
+    # and read back as floats: pydantic's default writes them as null, which a float field
+    # then refuses, so a diverged run's result would read back as no result at all.
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="strings")
 
 
 class EvalPoint(_Model):

@@ -67,6 +67,9 @@ class Status(str, Enum):
     PASS = "PASS"
     FAIL = "FAIL"
     INCONCLUSIVE = "INCONCLUSIVE"
+    # A certificate's alone: planned runs have no readable result, so what they would
+    # have shown was never judged (never a PASS; a FAIL among what was judged still wins).
+    INCOMPLETE = "INCOMPLETE"
 
     def __str__(self) -> str:
         return str(self.value)
@@ -84,10 +87,10 @@ class Status(str, Enum):
 
 
 # The worst first: a certificate is its subjects' worst required verdict, a subject its rules'.
-_SEVERITY = (Status.FAIL, Status.INCONCLUSIVE, Status.PASS)
+_SEVERITY = (Status.FAIL, Status.INCOMPLETE, Status.INCONCLUSIVE, Status.PASS)
 
 
 def worst(statuses: Iterable[str]) -> Status:
-    """The worst of ``statuses`` (FAIL, then INCONCLUSIVE, then PASS); PASS for none."""
+    """The worst of ``statuses`` (FAIL, INCOMPLETE, INCONCLUSIVE, then PASS); PASS for none."""
     found = [Status(s) for s in statuses]
     return min(found, key=_SEVERITY.index) if found else Status.PASS

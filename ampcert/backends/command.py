@@ -28,11 +28,12 @@ stay empty, never guessed.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from ampcert import mllog
-from ampcert.backends.contract import PhaseTimes, RunFailed, TrainOutcome
+from ampcert.backends.contract import NonFiniteLoss, PhaseTimes, RunFailed, TrainOutcome
 from ampcert.mllog_reader import LogError, TrainingLog, read_text, summarize
 from ampcert.results import EvalPoint, LowestPrecision, Measured, Phases
 from ampcert.spec import RunSpec
@@ -103,6 +104,10 @@ def outcome(spec: RunSpec, log_path: Path, telemetry: Any, *, argv: list[str], r
                         f"{log.status!r}" + (f" ({why})" if why else ""))
     if not log.evals:
         raise JobFailed(f"{name}: the job logged no eval_accuracy, so there is no {job.metric} to certify")
+    diverged = next((ev for ev in log.evals if not math.isfinite(ev.value)), None)
+    if diverged is not None:  # judged as diverged (parity, numerics), as ampcert's own loop stops on one
+        raise NonFiniteLoss(f"{name} line {diverged.line}: the job's eval_accuracy is {diverged.value}: "
+                            "the run diverged")
     if log.metric is not None and log.metric != job.metric:
         raise JobFailed(f"{name} line {log.evals[0].line}: the job's eval_accuracy is {log.metric!r}, "
                         f"the suite's entry says metric {job.metric!r}")

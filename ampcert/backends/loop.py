@@ -299,7 +299,9 @@ def log_lowest_precision(log: mllog.MLLogger, disclosed: dict[str, dict[str, Any
 
 
 def target_hit(value: float, target: float | None, higher_is_better: bool) -> bool:
-    if target is None:
+    """Whether ``value`` meets ``target``; a non-finite value never does (an
+    infinite accuracy is a diverged run, not a good one)."""
+    if target is None or not math.isfinite(value):
         return False
     return value >= target if higher_is_better else value <= target
 

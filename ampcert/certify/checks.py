@@ -20,10 +20,15 @@ import statistics
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from ampcert.aggregate import group_runs, not_comparable, reference_key
 from ampcert.certify import rules as R
+from ampcert.certify.certificate import (  # noqa: F401 - the certificate's types, re-exported where they lived
+    Certificate,
+    SubjectVerdict,
+    Verdict,
+    certificate_of,
+    format_certificate,
+)
 from ampcert.certify.stats import olympic_mean, paired_tost
 from ampcert.memory import LEVEL, MemoryFit, fit_sweep
 from ampcert.results import RunResult
@@ -31,39 +36,6 @@ from ampcert.vocabulary import Status, Subject, worst
 
 __all__ = ["CHECK_FUNCTIONS", "CHECK_SPECS", "Certificate", "CheckSpec", "Status", "Subject", "SubjectVerdict",
            "Verdict", "evaluate", "format_certificate", "judges", "worst"]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-# (No docstrings on the models below: pydantic would write them into report.v1.schema.json.)
-
-# One rule's finding on one subject (verdicts.json's ``verdicts``).
-class Verdict(_Model):
-    rule: str
-    check: str
-    subject: Subject
-    status: Status
-    required: bool
-    summary: str = Field(description="one line: the finding and the numbers behind it")
-    evidence: dict[str, Any] = Field(default_factory=dict)
-
-
-# A subject's verdict: the worst of its required rules' (verdicts.json's ``subjects``).
-class SubjectVerdict(_Model):
-    subject: Subject
-    status: Status
-    failed: list[str] = Field(default_factory=list)
-    inconclusive: list[str] = Field(default_factory=list)
-
-
-# Every verdict of a rule pack on a folder's subjects; its status is the worst subject's.
-class Certificate(_Model):
-    rules: dict[str, str] = Field(description="name, source and sha256 of the rule pack")
-    status: Status
-    subjects: list[SubjectVerdict]
-    verdicts: list[Verdict]
 
 
 # --------------------------------------------------------------------------- grouping
@@ -257,7 +229,7 @@ def check_determinism(rule: R.Determinism, g: _Group) -> Verdict | None:
         return _verdict(rule, g, Status.INCONCLUSIVE, "no repeated seed was run (a suite with `certify:` schedules "
                         "them)", repeats_found=0)
     originals = g.by_seed(g.primary)
-    compared, problems = [], []
+    compared, problems, unjudged = [], [], []
     for rep in repeats:
         orig = originals.get(rep.spec.seed)
         if orig is None:
@@ -268,6 +240,10 @@ def check_determinism(rule: R.Determinism, g: _Group) -> Verdict | None:
                                               rep.determinism.get("deterministic_algorithms")]}
         if orig.status != rep.status:
             problems.append(f"seed {rep.spec.seed}: statuses differ ({orig.status} vs {rep.status})")
+        elif orig.status != "completed":
+            # Two failures agree on nothing that was computed: there is nothing to compare.
+            unjudged.append(f"seed {rep.spec.seed}: the run and its repeat both {orig.status}")
+            continue
         elif orig.status == "completed" and orig.spec.command is not None:
             # A command job reports no loss, weights or determinism settings: its
             # evaluations, value by value, are what a repeat can be held to.
@@ -290,10 +266,13 @@ def check_determinism(rule: R.Determinism, g: _Group) -> Verdict | None:
             if not all(entry["deterministic_algorithms"]):
                 problems.append(f"seed {rep.spec.seed}: deterministic algorithms not enabled/recorded")
         compared.append(entry)
-    if not compared:
-        return _verdict(rule, g, Status.INCONCLUSIVE, "repeats found, but not of a seed that ran once normally")
     if problems:
         return _verdict(rule, g, Status.FAIL, "; ".join(problems), compared=compared)
+    if unjudged:
+        return _verdict(rule, g, Status.INCONCLUSIVE, "; ".join(unjudged) + ": nothing computed to compare",
+                        compared=compared)
+    if not compared:
+        return _verdict(rule, g, Status.INCONCLUSIVE, "repeats found, but not of a seed that ran once normally")
     if all(r.spec.command is not None for r in repeats):
         return _verdict(rule, g, Status.PASS, f"{len(compared)} repeated run(s): the job's evaluations identical "
                         "bit for bit (a command job reports no loss or weights to compare)", compared=compared)
@@ -557,9 +536,11 @@ CHECK_FUNCTIONS: dict[str, CheckFunction] = _every_check_judged()
 # --------------------------------------------------------------------------- evaluation
 
 
-def evaluate(results: Iterable[RunResult], pack: R.RulePack, memory_runs: Iterable[RunResult] = ()) -> Certificate:
+def evaluate(results: Iterable[RunResult], pack: R.RulePack, memory_runs: Iterable[RunResult] = (),
+             missing: Iterable[str] = ()) -> Certificate:
     """Every rule of ``pack`` on every subject it applies to (``memory_runs``: the suite's
-    memory sweep, which the memory rules judge)."""
+    memory sweep, which the memory rules judge). ``missing``: the ids of planned runs with
+    no readable result; any makes the certificate INCOMPLETE, never PASS (FAIL stays FAIL)."""
     # The subjects are the groups of every other view (ampcert.aggregate), repeats
     # included: they are the determinism check's evidence.
     groups = group_runs(results, repeats=True)
@@ -577,24 +558,4 @@ def evaluate(results: Iterable[RunResult], pack: R.RulePack, memory_runs: Iterab
             v = CHECK_FUNCTIONS[rule.check](rule, group)
             if v is not None:
                 verdicts.append(v)
-    subjects = []
-    for subject in sorted({v.subject for v in verdicts}):
-        mine = [v for v in verdicts if v.subject == subject]
-        required = [v for v in mine if v.required]
-        subjects.append(SubjectVerdict(
-            subject=mine[0].subject, status=worst(v.status for v in required),
-            failed=[v.rule for v in required if v.status == Status.FAIL],
-            inconclusive=[v.rule for v in required if v.status == Status.INCONCLUSIVE]))
-    return Certificate(rules={"name": pack.name, "source": pack.source, "sha256": pack.sha256},
-                       status=worst(s.status for s in subjects), subjects=subjects, verdicts=verdicts)
-
-
-def format_certificate(cert: Certificate) -> str:
-    lines = [f"certificate: {cert.status}  (rules {cert.rules['name']}, sha256 {cert.rules['sha256'][:12]})"]
-    for s in cert.subjects:
-        lines.append(f"  {s.status:<12} {s.subject}")
-        for v in cert.verdicts:
-            if v.subject == s.subject:
-                tag = "" if v.required else " (advisory)"
-                lines.append(f"      {v.status:<12} {v.rule}{tag}: {v.summary}")
-    return "\n".join(lines)
+    return certificate_of(verdicts, pack, missing)

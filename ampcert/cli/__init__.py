@@ -198,7 +198,7 @@ def certify(
     if done.removed_envelope is not None:
         output.line(f"note: removed {done.removed_envelope}: it signed the report as it was, and no longer "
                     f"verifies; sign again with `ampcert sign {results_dir} --key KEY`")
-    if cert.status == "FAIL" or (strict and cert.status == "INCONCLUSIVE"):
+    if cert.status in ("FAIL", "INCOMPLETE") or (strict and cert.status == "INCONCLUSIVE"):
         raise typer.Exit(1)
 
 

@@ -17,7 +17,7 @@ from rich.text import Text
 from ampcert import formats
 from ampcert.console import Col, Output, print_pairs, print_table
 
-STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow", "REGRESSION": "bold red",
+STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow", "INCOMPLETE": "bold red", "REGRESSION": "bold red",
                 "IMPROVED": "green"}
 
 
@@ -129,8 +129,11 @@ def print_memory(console: Console, fits: list[dict]) -> None:
 
 def print_certificate(console: Console, cert, verdicts_file) -> None:
     from ampcert.certify import format_certificate
+    from ampcert.certify.certificate import missing_line
 
     line(console, f"certificate: {cert.status}  (rules {cert.rules['name']}, sha256 {cert.rules['sha256'][:12]})")
+    if (missing := missing_line(cert)) is not None:
+        line(console, missing.strip())
     rows: list[list[Any]] = []
     for s in cert.subjects:
         rows.append([status_cell(s.status, bold=True), str(s.subject), ""])

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ampcert.errors import BadArgument, UserError
 from ampcert.runner.signals import interruptible
+from ampcert.vocabulary import Status
 
 if TYPE_CHECKING:
     from ampcert.certify.checks import Certificate
@@ -65,7 +66,7 @@ class Finished:
         """The run's verdict for an exit code: the certificate decides where there is one
         (an fp16 run without loss scaling is expected to fail, as evidence); else no run failed."""
         if self.certificate is not None:
-            return self.certificate.status != "FAIL"
+            return self.certificate.status not in (Status.FAIL, Status.INCOMPLETE)
         return not self.failed or self.certify_later
 
     def to_json(self) -> dict[str, Any]:
@@ -99,7 +100,8 @@ def _certify(root: Path, rs: ResultSet, rules: str | Path | RulePack | None) -> 
     from ampcert.certify.rules import RulePack
     from ampcert.results import ResultsDir, atomic_write_json
 
-    cert = evaluate(rs.runs, rules if isinstance(rules, RulePack) else load_rules(rules), rs.memory_runs)
+    cert = evaluate(rs.runs, rules if isinstance(rules, RulePack) else load_rules(rules), rs.memory_runs,
+                    rs.missing)
     atomic_write_json(ResultsDir(root).verdicts_file, cert)
     return cert
 
@@ -181,7 +183,7 @@ def _evaluate(rs: ResultSet, rules: str | Path | None) -> Certificate:
     """The certificate of a rule pack on loaded results, nothing written."""
     from ampcert.certify import evaluate, load_rules
 
-    return evaluate(rs.runs, load_rules(rules), rs.memory_runs)
+    return evaluate(rs.runs, load_rules(rules), rs.memory_runs, rs.missing)
 
 
 def _what_if(root: Path, rs: ResultSet, cert: Certificate) -> Finished:

@@ -142,6 +142,60 @@ def test_determinism_passes_on_repeats_and_fails_on_a_nondeterministic_workload(
     assert v.status == "INCONCLUSIVE"
 
 
+def test_a_run_and_its_repeat_that_both_failed_are_no_determinism_pass(synthetic):
+    """Two failures agree on nothing computed: the repeat rule is INCONCLUSIVE, never PASS
+    (it compared the two statuses, failed and failed, and said "identical bit for bit")."""
+    runs = [factories.failed(r.spec, "the job logged no eval_accuracy") if r.spec.seed == 0
+            and str(r.spec.precision) == "fp16" and r.spec.label == "underflow" else r for r in synthetic]
+    v = _by(evaluate(runs, load_rules("default")), "determinism.repeat_run", "underflow/torch/ampcert/fp16")
+    assert v.status == "INCONCLUSIVE" and "both failed" in v.summary, v.summary
+
+
+def test_planned_runs_without_a_result_make_the_certificate_incomplete(synthetic, tmp_path):
+    """A folder whose plan names runs with no readable result is never certified PASS:
+    INCOMPLETE, naming the runs, exit 1; a FAIL among what was judged stays FAIL."""
+    passing = [r for r in synthetic if r.spec.label == "underflow"]
+    assert evaluate(passing, load_rules("default")).status == "PASS"
+    gone = sorted(r.run_id for r in passing if str(r.spec.precision) == "bf16")
+    cert = evaluate([r for r in passing if r.run_id not in gone], load_rules("default"), missing=gone)
+    assert cert.status == "INCOMPLETE" and cert.missing_runs == gone
+    assert "bf16" not in {str(s.subject.precision) for s in cert.subjects}  # nothing judged them
+    assert evaluate(synthetic, load_rules("default"), missing=gone).status == "FAIL"
+    # Through the command: one run's result.json unreadable (truncated by a crash, say).
+    root = factories.write_results(tmp_path / "folder", passing)
+    results.ResultsDir(root).result_file(gone[0]).write_text('{"run_id": ')
+    proc = warm_cli("certify", root)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "certificate: INCOMPLETE" in proc.stdout and gone[0] in proc.stdout
+    stored = json.loads((root / "verdicts.json").read_text())
+    assert stored["status"] == "INCOMPLETE" and stored["missing_runs"] == [gone[0]]
+
+
+def test_non_finite_values_are_stored_and_read_back(synthetic, tmp_path):
+    """NaN and the infinities round-trip through result.json (as "NaN", "Infinity",
+    "-Infinity"): pydantic's default wrote null, which the float fields refused on reading,
+    so the run became "missing"."""
+    import math
+
+    run = next(r for r in synthetic if r.status == "completed")
+    odd = run.model_copy(update={"final_metric": math.nan, "samples_per_s": math.inf,
+                                 "evals": [run.evals[0].model_copy(update={"value": -math.inf})]})
+    root = factories.write_results(tmp_path / "folder", [odd])
+    back = results.load(root)
+    assert not back.missing and len(back.runs) == 1
+    got = back.runs[0]
+    assert math.isnan(got.final_metric) and got.samples_per_s == math.inf and got.evals[0].value == -math.inf
+
+
+def test_an_infinite_value_reaches_no_target():
+    import math
+
+    from ampcert.backends.loop import target_hit
+
+    assert target_hit(0.9, 0.8, True) and not target_hit(math.inf, 0.8, True)
+    assert not target_hit(math.nan, 0.8, True) and not target_hit(-math.inf, 2.5, False)
+
+
 def test_scaler_health_fails_on_skipped_steps_and_the_floor(synthetic, faults):
     cert = evaluate(faults, load_rules("default"))
     skip = _by(cert, "scaler.skipped_steps", "spiky/torch/ampcert/fp16")

@@ -236,3 +236,30 @@ def test_a_job_that_ignores_the_seed_fails_rather_than_certify_one_run_three_tim
     by_seed = {r.spec.seed: r for r in load(done.root).runs}
     assert by_seed[0].status == "completed"
     assert by_seed[1].status == "failed" and "logged seed 0 where the run's is 1" in by_seed[1].reason
+
+
+# The MLLOG job above, whose bf16 runs diverge: every evaluation logs `VALUE` (NaN or Infinity).
+DIVERGING_JOB = MLLOG_JOB.replace(
+    "acc += 0.1\n", "acc += 0.1\n    if sys.argv[1] == 'bf16': acc = float(VALUE)\n")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_precision_whose_job_diverges_fails_its_certificate_and_is_never_missing(tmp_path, value):
+    """A NaN (or Infinity) eval_accuracy on every bf16 seed: the runs are failed as diverged
+    (stored and read back, never "missing"), parity and numerics judge them, and an Infinity
+    reaches no target. Before, pydantic wrote NaN as null, the result did not read back, the
+    runs vanished from every view and the certificate said PASS, exit 0."""
+    job = DIVERGING_JOB.replace("VALUE", repr(value))
+    suite = _suite(tmp_path, job, seeds="[0, 1, 2]", extra="certify: default")
+    proc = run_cli("run", suite, "--out", tmp_path / "out")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rs = load(tmp_path / "out")
+    assert not rs.missing
+    bf16 = [r for r in rs.runs if r.spec.precision == "bf16"]
+    assert bf16 and all(r.status == "failed" and r.failure_kind == FailureKind.NON_FINITE for r in bf16)
+    assert all("the run diverged" in r.reason for r in bf16) and not any(r.target_reached for r in bf16)
+    cert = json.loads((tmp_path / "out" / "verdicts.json").read_text())
+    assert cert["status"] == "FAIL"
+    found = {v["rule"]: v["status"] for v in cert["verdicts"] if v["subject"]["precision"] == "bf16"}
+    assert found["parity.final_metric"] == "FAIL" and found["numerics.finite_loss"] == "FAIL", found
+    assert "certificate: FAIL" in proc.stdout
