@@ -61,6 +61,8 @@ class CommandJob(BaseModel):
 
     argv: list[str] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
+    inherit_env: list[str] | None = Field(
+        default=None, description="the variables of ampcert's environment the job inherits; null: all of them")
     cwd: str | None = None
     workdir: str | None = None
     metric: str = "accuracy"
@@ -68,7 +70,8 @@ class CommandJob(BaseModel):
     target: float | None = None
 
     def identity(self) -> dict[str, Any]:
-        return self.model_dump(exclude={"workdir"})
+        # inherit_env only where set, so the ids of jobs planned before it stay what they were.
+        return self.model_dump(exclude={"workdir"} | ({"inherit_env"} if self.inherit_env is None else set()))
 
 
 def fields_named(template: str) -> list[str]:
@@ -111,9 +114,10 @@ def job_values(*, precision: str, seed: int, amp: str, run_dir: Path, mllog: Pat
 
 
 def job_environment(base: dict[str, str], job: CommandJob, values: dict[str, str]) -> dict[str, str]:
-    """The job's environment: ``base`` (ampcert's), every field as ``AMPCERT_<FIELD>``, then
-    the entry's own ``env`` (rendered), which wins."""
-    env = dict(base)
+    """The job's environment: ``base`` (ampcert's: all of it, or only the variables the
+    entry's ``inherit_env`` names), every field as ``AMPCERT_<FIELD>``, then the entry's
+    own ``env`` (rendered), which wins."""
+    env = dict(base) if job.inherit_env is None else {k: base[k] for k in job.inherit_env if k in base}
     env.update({ENV_PREFIX + name.upper(): value for name, value in values.items()})
     env.setdefault("PYTHONUNBUFFERED", "1")
     if values["device"] == "cpu":  # a CPU run leaves the GPUs alone, as a built-in CPU run does

@@ -51,8 +51,7 @@ logs, whose ranks interleave, are read with ``in_order=False``).
 log); a ``run_stop`` before its ``run_start``; a second ``run_start``,
 ``run_stop`` or ``init_stop`` (two runs in one log); a ``run_stop`` without
 a ``status`` of ``success`` or ``aborted``; an ``eval_accuracy`` whose value
-is not a real number (a bool is not one), that lies outside the run, or that
-names another metric than the evaluations before it; a ``samples_count`` or
+is not a real number (a bool is not one) or that lies outside the run; a ``samples_count`` or
 ``epoch_num`` that is not a number; and a seed, batch size, sample count,
 submission field or lowest precision logged twice with different values.
 What it does not judge is the log's compliance with a benchmark's rules:
@@ -194,17 +193,31 @@ class TrainingLog:
         return self.status == "success"
 
     @property
-    def metric(self) -> str | None:
-        """The metric the evaluations name in their metadata (all name the
-        same one, or none does), else None."""
-        return self.evals[0].metric if self.evals else None
+    def metrics(self) -> tuple[str | None, ...]:
+        """The metrics the evaluations name in their metadata, in the order they first
+        appear (None: an evaluation naming none)."""
+        return tuple(dict.fromkeys(ev.metric for ev in self.evals))
 
-    def first_reaching(self, target: float, higher_is_better: bool) -> Eval | None:
+    @property
+    def metric(self) -> str | None:
+        """The metric every evaluation names (or None where none names one, or where they
+        name several: see :attr:`metrics` and :meth:`of`)."""
+        return self.metrics[0] if len(self.metrics) == 1 else None
+
+    def of(self, metric: str | None) -> tuple[Eval, ...]:
+        """The evaluations of one metric (of every one, where the log names a single metric
+        or none: a log that names none is read as the suite's)."""
+        if len(self.metrics) <= 1:
+            return self.evals
+        return tuple(ev for ev in self.evals if ev.metric == metric)
+
+    def first_reaching(self, target: float, higher_is_better: bool, metric: str | None = None) -> Eval | None:
         """The first evaluation (in log order) at or past ``target``: value >=
         target where higher is better, <= where lower is; None if none is.
         A non-finite evaluation (NaN, an infinity) reaches nothing: a diverged
-        run's Infinity is no accuracy."""
-        for ev in self.evals:
+        run's Infinity is no accuracy. Where the log names several metrics, ``metric``'s
+        evaluations alone (:meth:`of`)."""
+        for ev in self.of(metric):
             if not math.isfinite(ev.value):
                 continue
             if (ev.value >= target) if higher_is_better else (ev.value <= target):
@@ -375,11 +388,9 @@ def summarize(events: Sequence[LogEvent], source: str) -> TrainingLog:
                 where = "before run_start" if index < first else "after run_stop"
                 raise LogError(source, event.line, f"eval_accuracy {where} (line "
                                f"{start.line if index < first else stop.line}): an evaluation outside the run")
-            ev = _eval(event, source)
-            if evals and ev.metric != evals[0].metric:
-                raise LogError(source, event.line, f"eval_accuracy names metric {_show(ev.metric)}, the evaluations "
-                               f"before it {_show(evals[0].metric)} (line {evals[0].line})")
-            evals.append(ev)
+            # Several metrics may be evaluated together (stable_diffusion logs CLIP and FID at each
+            # evaluation, and MLPerf scores it): each eval names its own (``metrics``, ``of``).
+            evals.append(_eval(event, source))
         elif event.key in _SINGLE_FIELDS:
             seen = single.get(event.key)
             if seen is not None and seen.value != event.value:

@@ -290,6 +290,8 @@ class WorkloadEntry(_Strict):
     target: float | None = None
     cwd: str | None = Field(default=None, min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
+    # The variables of ampcert's own environment a command job inherits (unset: all of them).
+    inherit_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] | None = None
     # Where a command job runs on this machine (`cwd` resolved beside the suite file): set by
     # parse_suite, which knows the file; not a suite field.
     _workdir: str | None = PrivateAttr(default=None)
@@ -318,6 +320,8 @@ class WorkloadEntry(_Strict):
             self._check_command()
         else:
             given = [k for k in ("metric", "higher_is_better", "target", "cwd") if getattr(self, k) is not None]
+            if self.inherit_env is not None:
+                given.append("inherit_env")
             if given or self.env:
                 raise ValueError(f"`{(given or ['env'])[0]}` belongs to a `command` entry; a workload's "
                                  "metric and target come from the workload (and `train:`)")
@@ -784,7 +788,7 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, 
         budget: TrainBudget | None = None
         if entry.command is not None:
             params: dict[str, Any] = {}
-            job = CommandJob(argv=entry.command, env=entry.env, cwd=entry.cwd,
+            job = CommandJob(argv=entry.command, env=entry.env, inherit_env=entry.inherit_env, cwd=entry.cwd,
                              workdir=entry._workdir, metric=entry.metric or "accuracy",
                              higher_is_better=True if entry.higher_is_better is None else entry.higher_is_better,
                              target=entry.target)

@@ -35,7 +35,7 @@ from typing import Any
 from ampcert import mllog
 from ampcert.backends.contract import NonFiniteLoss, PhaseTimes, RunFailed, TrainOutcome
 from ampcert.mllog_reader import LogError, TrainingLog, read_text, summarize
-from ampcert.results import EvalPoint, LowestPrecision, Measured, Phases
+from ampcert.results import EvalPoint, LowestPrecision, Measured, Phases, read_regular_file
 from ampcert.spec import RunSpec
 
 UNDISCLOSED = "undisclosed"
@@ -49,7 +49,7 @@ def read_log(path: Path) -> TrainingLog:
     """The job's log, strictly; every problem is a :class:`JobFailed` naming the line."""
     name = f"{path.parent.name}/{path.name}"
     try:
-        data = path.read_bytes()
+        data = read_regular_file(path)  # never through a link, never blocked on a FIFO
     except FileNotFoundError:
         raise JobFailed(f"the job exited 0 but wrote no MLLOG ({name}): write it to $AMPCERT_MLLOG "
                         "(mlperf_logging.mllog, ampcert.track, or the HF / Lightning callbacks)") from None
@@ -104,13 +104,17 @@ def outcome(spec: RunSpec, log_path: Path, telemetry: Any, *, argv: list[str], r
                         f"{log.status!r}" + (f" ({why})" if why else ""))
     if not log.evals:
         raise JobFailed(f"{name}: the job logged no eval_accuracy, so there is no {job.metric} to certify")
-    diverged = next((ev for ev in log.evals if not math.isfinite(ev.value)), None)
+    if len(log.metrics) > 1 and job.metric not in log.metrics:
+        raise JobFailed(f"{name}: the job's eval_accuracy names metrics {', '.join(map(repr, log.metrics))}; "
+                        f"the suite's entry says metric {job.metric!r}")
+    if len(log.metrics) == 1 and log.metric is not None and log.metric != job.metric:
+        raise JobFailed(f"{name} line {log.evals[0].line}: the job's eval_accuracy is {log.metric!r}, "
+                        f"the suite's entry says metric {job.metric!r}")
+    judged = log.of(job.metric)  # the suite's metric's evaluations (all of them, where the log names one)
+    diverged = next((ev for ev in judged if not math.isfinite(ev.value)), None)
     if diverged is not None:  # judged as diverged (parity, numerics), as ampcert's own loop stops on one
         raise NonFiniteLoss(f"{name} line {diverged.line}: the job's eval_accuracy is {diverged.value}: "
                             "the run diverged")
-    if log.metric is not None and log.metric != job.metric:
-        raise JobFailed(f"{name} line {log.evals[0].line}: the job's eval_accuracy is {log.metric!r}, "
-                        f"the suite's entry says metric {job.metric!r}")
     if log.seed is not None and log.seed != spec.seed:
         raise JobFailed(f"{name}: the job logged seed {log.seed} where the run's is {spec.seed}: "
                         "pass {seed} (or $AMPCERT_SEED) to it")
@@ -124,8 +128,8 @@ def outcome(spec: RunSpec, log_path: Path, telemetry: Any, *, argv: list[str], r
                        samples=ev.samples_count or 0,
                        train_time_s=max((ev.time_ms - log.run_start_ms - _eval_ms_before(intervals, ev.time_ms))
                                         / 1000.0, 0.0),
-                       value=ev.value) for ev in log.evals]
-    reached = log.first_reaching(job.target, job.higher_is_better) if job.target is not None else None
+                       value=ev.value) for ev in judged]
+    reached = log.first_reaching(job.target, job.higher_is_better, job.metric) if job.target is not None else None
     summary = telemetry.stop(train_samples=samples)
     series = telemetry.series()
     if not intervals:
@@ -140,7 +144,7 @@ def outcome(spec: RunSpec, log_path: Path, telemetry: Any, *, argv: list[str], r
         steps=samples // gbs if samples and gbs else 0,
         train_samples=samples or 0,
         metric=job.metric, higher_is_better=job.higher_is_better,
-        final_metric=log.evals[-1].value, target=job.target,
+        final_metric=judged[-1].value, target=job.target,
         target_reached=None if job.target is None else reached is not None,
         steps_to_target=(reached.samples_count // gbs) if reached and reached.samples_count and gbs else None,
         samples_to_target=reached.samples_count if reached else None,

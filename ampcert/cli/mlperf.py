@@ -55,9 +55,10 @@ def import_mlperf(
     `ampcert plan OUT --training-runs N`.
 
     Each folder is re-verified with MLPerf's own tools for the round's ruleset (compliance, system description,
-    RCP against scaling.json, summarizer, package checker), on copies. Exit 0 when imported and none of them
-    failed (a round they have no ruleset for is "not run", with the reason), 1 when one rejects a folder (it is
-    still imported, with the verdicts), 2 on bad input (nothing written)."""
+    RCP against scaling.json, summarizer, package checker), on copies. Exit 0 when imported, scored and none of
+    them failed (a round they have no ruleset for is "not run", with the reason), 1 when one rejects a folder or
+    a folder gets no score (it is still imported, with the verdicts and the reason), 2 on bad input (nothing
+    written)."""
     output = output_of(ctx, as_json, json_out)
     done = session.import_mlperf(paths, out, round=round_)
     output.data(done.to_json(), lambda console: views.print_imported(console, done))

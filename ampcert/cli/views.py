@@ -385,6 +385,9 @@ def print_imported(console: Console, done) -> None:
                 line(console, f"{folder}/logs/{run.file}: dropped from the score ({run.dropped})")
         if rec.score.no_score:
             line(console, f"{folder}: no score: {rec.score.no_score}")
+        for run in rec.energy.runs:
+            for note in run.outside_run:
+                line(console, f"{folder}: {run.file}'s {note}: counted as MLPerf counts it; check its clock")
         if rec.score.discrete_note:
             line(console, f"{folder}: {rec.score.discrete_note}")
         line(console, f"{folder}: precision {rec.precision.disclosed}"

@@ -83,6 +83,11 @@ class RunEnergy(_Model):
     longest_gap_s: float | None = None
     refused: str | None = Field(default=None, description="why this run has no energy figure")
     switches_unknown: str | None = Field(default=None, description="why nodes_and_switches_joules is unknown")
+    sources: list[str] = Field(default_factory=list,
+                               description="the power logs its figures come from (power/<run>/<log>.txt)")
+    outside_run: list[str] = Field(
+        default_factory=list, description="power logs whose events all lie outside the run's run_start..run_stop "
+        "(counted as MLPerf counts them, which does not look at the times)")
 
 
 class BenchmarkEnergy(_Model):
@@ -208,8 +213,12 @@ def run_energy(folder: Path, result: Path,
     try:
         if not nodes:
             raise _Refused(f"no power/{power.name}/node_*.txt")
-        read_nodes = [_node(_events(path, folder), time_to_train, _name(path, folder)) for path in nodes]
+        node_logs = {path: _events(path, folder) for path in nodes}
+        read_nodes = [_node(node_logs[path], time_to_train, _name(path, folder)) for path in nodes]
         logs = {path: _events(path, folder) for path in switches}
+        run.sources = [_name(path, folder) for path in (*nodes, *switches)]
+        run.outside_run = [note for path, events in (*node_logs.items(), *logs.items())
+                           if (note := _outside(events, log, _name(path, folder))) is not None]
         estimates = [_switch_estimate(logs[path], time_to_train, _name(path, folder)) for path in switches]
     except _Refused as exc:
         run.refused = str(exc)
@@ -245,6 +254,21 @@ def run_energy(folder: Path, result: Path,
         run.sampling_interval_s, run.longest_gap_s = median(gaps) / 1000, max(gaps) / 1000
         run.sampling_rate_hz = 1 / run.sampling_interval_s if run.sampling_interval_s else None
     return run
+
+
+def _outside(events: list[LogEvent], log: TrainingLog, name: str) -> str | None:
+    """Where every timed event of a power log lies outside the run (a log from another run or
+    a clock hours off), that, in one phrase; None where the two overlap."""
+    times = [event.time_ms for event in events if math.isfinite(event.time_ms)]
+    if not times:
+        return None
+    first, last = min(times), max(times)
+    start, stop = float(log.run_start_ms), float(log.run_stop_ms)
+    if last >= start and first <= stop:
+        return None
+    hours = (start - last) / 3.6e6 if last < start else (first - stop) / 3.6e6
+    return (f"{name}: its events end {hours:.2g} h before run_start" if last < start
+            else f"{name}: its events start {hours:.2g} h after run_stop")
 
 
 def _node(events: list[LogEvent], time_to_train: float, name: str) -> tuple[float, float, str | None, list[float]]:

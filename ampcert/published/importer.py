@@ -44,6 +44,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -64,6 +65,7 @@ from ampcert.published.scores import (
     timed_runs,
 )
 from ampcert.published.system import SystemFingerprint, read_system
+from ampcert.results import read_regular_file
 
 FORMAT: Literal["ampcert.published.mlperf/1"] = "ampcert.published.mlperf/1"
 PUBLISHED_FILE = "published.json"
@@ -87,6 +89,14 @@ class PublishedLog(_Model):
     problem: str | None = Field(default=None, description="why ampcert's strict MLLOG reader refused the log")
 
 
+class PowerLog(_Model):
+    """One power log as published (power/result_N/node_K.txt, sw_K.txt): the bytes an energy figure comes from."""
+
+    file: str = Field(description="the copy in this folder, power/<run>/<name>")
+    sha256: str
+    bytes: int
+
+
 class Precision(_Model):
     disclosed: str = Field(description=f"what the logs disclose (lowest precision per category), or '{NOT_DISCLOSED}'")
     sw_notes: str = Field(default="", description="the system description's free-text notes, verbatim (not parsed)")
@@ -106,6 +116,8 @@ class PublishedBenchmark(_Model):
     fingerprint: SystemFingerprint
     precision: Precision
     logs: list[PublishedLog]
+    power_logs: list[PowerLog] = Field(default_factory=list, description="the power logs, copied and digested as "
+                                       "the result logs are (energy names the ones each run's figure comes from)")
     scaling_json_sha256: str | None = Field(description="sha256 of scaling.json as published; null: none")
     score: BenchmarkScore
     energy: BenchmarkEnergy = Field(description="energy to train from the power logs (power_logs false: none)")
@@ -231,16 +243,46 @@ class Planned:
         return Path(self.record.submitter, self.record.system, self.record.benchmark)
 
 
+def _only_regular_files(where: BenchmarkFolder) -> None:
+    """:class:`UserError` where the benchmark folder (or its system description) holds a
+    symbolic link or anything but a regular file or folder (a FIFO, a device, a socket).
+
+    A submission is untrusted input: its files are read by ampcert and by MLPerf's own
+    checkers (which open what they find, following links), so a link to a host file
+    (``result_10.txt -> /etc/os-release``) would be imported as a result log, and a FIFO
+    would hang the import. Nothing is read before this check."""
+    where_is = where.submitter_dir.parent
+    paths = [where.system_file, where.folder.parent, where.folder]
+    for root, dirs, names in os.walk(where.folder, followlinks=False):
+        paths += [Path(root, n) for n in (*dirs, *names)]
+    for path in paths:
+        try:
+            mode = path.lstat().st_mode
+        except OSError as exc:
+            raise UserError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        shown = path.relative_to(where_is) if path.is_relative_to(where_is) else path
+        if stat.S_ISLNK(mode):
+            raise UserError(f"{shown}: a symbolic link (to {os.readlink(path)}), not followed: an import reads "
+                            "only the regular files inside the submission it was given")
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise UserError(f"{shown}: not a regular file (a FIFO, device or socket), not read")
+
+
 def read_benchmark(where: BenchmarkFolder) -> Planned:
     """Everything one benchmark folder's import writes, read and checked (nothing written)."""
+    _only_regular_files(where)
     fingerprint = read_system(where.system_file)
-    files: dict[str, bytes] = {"system.json": where.system_file.read_bytes()}
+    files: dict[str, bytes] = {"system.json": read_regular_file(where.system_file)}
     results = result_files(where.folder)
-    data = {path: path.read_bytes() for path in results}
+    data = {path: read_regular_file(path) for path in results}
     files.update({f"logs/{path.name}": data[path] for path in results})
     scaling = where.folder / "scaling.json"
     if scaling.is_file():
-        files["scaling.json"] = scaling.read_bytes()
+        files["scaling.json"] = read_regular_file(scaling)
+    # The power logs the energy figures come from, kept and digested as the result logs are.
+    power = {path.relative_to(where.folder).as_posix(): read_regular_file(path)
+             for path in sorted((where.folder / "power").rglob("*.txt")) if path.is_file()}
+    files.update(power)
     scaling_factor(where.folder)  # a scaling.json that says no factor is one line, before MLPerf's checkers run
     # Stored relative to the submission, so published.json does not depend on where the round was cloned.
     checked = _relative(reverify(where.folder, where.round).model_dump(), str(where.submitter_dir.parent) + "/")
@@ -256,6 +298,8 @@ def read_benchmark(where: BenchmarkFolder) -> Planned:
         division=fingerprint.division, availability=fingerprint.status, fingerprint=fingerprint,
         precision=_precision([log for _, log in timed if log is not None], fingerprint),
         logs=[_log(where, data[path], run, log) for path, (run, log) in zip(results, timed, strict=True)],
+        power_logs=[PowerLog(file=name, sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+                    for name, data in power.items()],
         scaling_json_sha256=hashlib.sha256(files["scaling.json"]).hexdigest() if "scaling.json" in files else None,
         score=score, energy=energy_benchmark(where.folder, where.benchmark, timed=timed),
         reverification=Reverification.model_validate(checked))

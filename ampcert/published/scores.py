@@ -193,7 +193,8 @@ def _discrete_note(counted: list[tuple[RunTime, TrainingLog]]) -> str:
     if len(counted) < 3 or not stops or len(stops) > len(counted) / 2:
         return ""
     gaps = [(b.time_ms - a.time_ms) / 60_000 for _, log in counted
-            for a, b in zip(log.evals, log.evals[1:], strict=False)]
+            for evals in [log.of(log.metrics[0]) if log.metrics else ()]  # one metric's (SD logs two at once)
+            for a, b in zip(evals, evals[1:], strict=False)]
     points = ", ".join(f"{samples:,} samples ({count} run{'s' if count > 1 else ''})"
                        for samples, count in sorted(stops.items()))
     step = f" about {median(gaps):.2f} min apart" if gaps else ""

@@ -24,10 +24,12 @@ command jobs (on a Ray or Slurm node, the node's own local executor does):
 - **stop** (ampcert interrupted): the tree is ended, the run stays pending
   without a result, and ``--resume`` reruns it.
 
-What is not caught: a job that is SIGKILLed along with ampcert outlives it
-(nothing is left to end it); a process that leaves the job's session *and*
-its tree (a daemon that double-forks and calls setsid) is not the job's any
-more as far as /proc can tell.
+On Linux the job runs under its keeper (:mod:`ampcert.runner.job_keeper`), the
+child subreaper of everything the job starts: a process that leaves the job's
+session *and* its tree (a daemon that double-forks and calls setsid) is
+reparented to the keeper, not to init, and ended with the run, which fails
+naming it. What is not caught: a job that is SIGKILLed along with ampcert (and
+its keeper) outlives it, as nothing is left to end it.
 """
 
 from __future__ import annotations
@@ -35,13 +37,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import IO, Any
 
 from ampcert import mllog
 from ampcert.command import job_environment, job_values, render
-from ampcert.results import FailureKind, ResultsDir, RunResult, atomic_write_json
+from ampcert.results import FailureKind, ResultsDir, RunResult, atomic_write_json, read_regular_file
 from ampcert.runner import signals
 from ampcert.runner.code_identity import job_source
 from ampcert.runner.procs import end_tree
@@ -53,6 +56,9 @@ from ampcert.version import __version__
 STDOUT_NAME, STDERR_NAME = "stdout.txt", "stderr.txt"
 # Seconds between SIGTERM and SIGKILL when a job is ended.
 GRACE_S = 2.0
+# The job's keeper (a script run by a bare interpreter) and what it writes in the run's folder.
+KEEPER = Path(__file__).with_name("job_keeper.py")
+KEEPER_NAME = "keeper.json"
 # The telemetry phase each MLLOG interval event begins.
 _PHASE_AFTER = {mllog.RUN_START: "train", mllog.EVAL_START: "eval", mllog.EVAL_STOP: "train", mllog.RUN_STOP: "done"}
 
@@ -142,17 +148,21 @@ class CommandRun:
         out = (run_dir / STDOUT_NAME).open("wb")
         err = (run_dir / STDERR_NAME).open("wb")
         self._files = [out, err]
+        self.keeper_file = run_dir / KEEPER_NAME
+        self.keeper_file.unlink(missing_ok=True)
+        keeper = [sys.executable, "-I", "-S", str(KEEPER), str(self.keeper_file), str(GRACE_S), "--"] \
+            if sys.platform == "linux" else []
         try:
             # Not under signals.deferred(): the job would inherit the blocked mask.
-            self.proc = subprocess.Popen(self.argv, cwd=self.job.workdir, env=env, stdin=subprocess.DEVNULL,
-                                         stdout=out, stderr=err, start_new_session=True)
+            self.proc = subprocess.Popen([*keeper, *self.argv], cwd=self.job.workdir, env=env,
+                                         stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
         except OSError as exc:
             self.launch_error = (f"cannot start the command {self.argv[0]!r}"
                                  f" (in {self.job.workdir}): {exc.strerror or exc}")
             self._close_files()
             return
         signals.watch_worker(_Tree(self.proc.pid))
-        self.telemetry = _start_telemetry(spec, self.proc.pid)
+        self.telemetry = _start_telemetry(spec, self.proc.pid, keeper=bool(keeper))
 
     def events(self, wait_s: float) -> list[dict[str, Any]]:
         found = self._read_log()
@@ -182,6 +192,7 @@ class CommandRun:
             left = [p.pid for p in process_tree(self.proc.pid)]
             if left:
                 end_tree(self.proc.pid, GRACE_S)
+            left += self._keeper_record()
             self._read_log()
         signals.watch_worker(None)
         self._close_files()
@@ -253,6 +264,20 @@ class CommandRun:
                     "A job must wait for its children")
         return None
 
+    def _keeper_record(self) -> list[int]:
+        """The processes the job left that its keeper ended (their pids), and the job's start
+        failure, where the keeper recorded one (a launch error, as Popen's own would be)."""
+        try:
+            record = json.loads(read_regular_file(self.keeper_file))
+        except (OSError, ValueError, AttributeError):
+            return []
+        if not isinstance(record, dict):
+            return []
+        if record.get("exec_error") and self.launch_error is None:
+            self.launch_error = (f"cannot start the command {self.argv[0]!r}"
+                                 f" (in {self.job.workdir}): {record['exec_error']}")
+        return [int(s["pid"]) for s in record.get("survivors") or [] if isinstance(s, dict) and "pid" in s]
+
     def _read_log(self) -> list[dict[str, Any]]:
         out = []
         tel = self.telemetry
@@ -277,9 +302,10 @@ class CommandRun:
         self._files = []
 
 
-def _start_telemetry(spec: RunSpec, pid: int) -> Any:
-    """The sampler around a job: the host through its process tree, and on cuda the GPUs
-    it was given (CUDA_VISIBLE_DEVICES, as ordinals)."""
+def _start_telemetry(spec: RunSpec, pid: int, *, keeper: bool) -> Any:
+    """The sampler around a job: the host through its process tree (the keeper, ``pid``
+    where ``keeper``, left out of its sums), and on cuda the GPUs it was given
+    (CUDA_VISIBLE_DEVICES, as ordinals)."""
     from ampcert.telemetry import Telemetry
 
     gpus: list[int | str] | None = None
@@ -288,4 +314,4 @@ def _start_telemetry(spec: RunSpec, pid: int) -> Any:
         count = len([v for v in visible.split(",") if v.strip()]) if visible else 1
         gpus = list(range(max(count, 1)))
     return Telemetry.start(device=spec.device, rate_hz=spec.telemetry_rate_hz, gpus=gpus,
-                           host=HostSource(tree=TreeStats(pid)), phase="init")
+                           host=HostSource(tree=TreeStats(pid, count_root=not keeper)), phase="init")

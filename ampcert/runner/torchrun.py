@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -75,13 +76,20 @@ class Tail:
         self.partial = b""
 
     def new_lines(self) -> list[bytes]:
-        """The complete lines appended since the last call."""
+        """The complete lines appended since the last call. Only a regular file is read, never
+        through a link (a job's files are untrusted input): opening a FIFO the job left at the
+        log's path would block until something writes to it, so it is opened non-blocking and
+        left unread, as a link or a device is (the log's reader then refuses it)."""
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
         try:
-            with self.path.open("rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
+            fd = os.open(self.path, flags)
         except OSError:
             return []
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return []
+            fh.seek(self.offset)
+            data = fh.read()
         self.offset += len(data)
         lines = (self.partial + data).split(b"\n")
         self.partial = lines.pop()

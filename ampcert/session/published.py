@@ -28,8 +28,9 @@ class Imported:
 
     @property
     def ok(self) -> bool:
-        """No MLPerf check failed on any imported folder."""
-        return not any(rec.rejected for rec in self.records)
+        """No MLPerf check failed on any imported folder, and every folder has a score (one
+        without, its runs all dropped or too few counted, is imported with its reason)."""
+        return not any(rec.rejected or rec.score.score_minutes is None for rec in self.records)
 
     def to_json(self) -> dict[str, Any]:
         return {"out": str(self.out), "ok": self.ok, "imported": [

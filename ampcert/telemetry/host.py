@@ -267,8 +267,11 @@ class TreeStats:
     summed RSS and CPU time of the job's whole process tree (:func:`process_tree`,
     one pass over /proc a sample), and the system's CPU use."""
 
-    def __init__(self, root: int) -> None:
+    def __init__(self, root: int, *, count_root: bool = True) -> None:
         self.root = root
+        # False: ``root`` is the job's keeper (runner/job_keeper.py), not the job's own
+        # memory or CPU time, and is left out of the sums (its tree is still the job's).
+        self.count_root = count_root
         self._page = os.sysconf("SC_PAGE_SIZE")
         self._tick = os.sysconf("SC_CLK_TCK")
         self._sys = ProcStats()
@@ -279,7 +282,7 @@ class TreeStats:
         self.peak_processes = 0
 
     def rss(self) -> int:
-        self._tree = process_tree(self.root)
+        self._tree = [p for p in process_tree(self.root) if self.count_root or p.pid != self.root]
         total = sum(p.rss_pages for p in self._tree) * self._page
         self.peak_rss = max(self.peak_rss, total)
         self.peak_processes = max(self.peak_processes, len(self._tree))

@@ -145,6 +145,54 @@ def test_a_folder_that_is_not_a_submission_is_one_line_and_nothing_is_written(tm
                           "no such folder")
 
 
+@pytest.mark.parametrize("kind", ["link to a host file", "link to a log elsewhere", "fifo", "linked folder"])
+def test_a_link_or_a_fifo_in_a_submission_is_refused_not_followed_and_nothing_is_written(tmp_path, kind):
+    """A submission is untrusted: a result log that links to /etc/os-release was copied into the
+    import as a result log, a link to a log elsewhere was imported as if it were there, and a FIFO
+    would hang the import (and MLPerf's checkers, which open what they find)."""
+    import os
+
+    copy = _round_copy(tmp_path)
+    bench = copy / "AMD" / "results" / SYSTEMS["AMD"] / "llama2_70b_lora"
+    if kind == "link to a host file":
+        (bench / "result_10.txt").symlink_to("/etc/os-release")
+    elif kind == "link to a log elsewhere":
+        elsewhere = tmp_path / "elsewhere.txt"
+        shutil.copy(bench / "result_0.txt", elsewhere)
+        (bench / "result_10.txt").symlink_to(elsewhere)
+    elif kind == "fifo":
+        os.mkfifo(bench / "result_10.txt")
+    else:
+        moved = tmp_path / "moved"
+        shutil.move(bench, moved)
+        bench.symlink_to(moved, target_is_directory=True)
+    proc = warm_cli("import", "mlperf", copy / "AMD", "--out", tmp_path / "out", timeout=120)
+    says = "not a regular file" if kind == "fifo" else "a symbolic link"
+    assert_one_line_error(proc, says)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_import_without_a_score_exits_1_with_its_reason(tmp_path):
+    """Every run dropped (here: each logged run_stop aborted), so no score: the folder is
+    imported with the reason, and the import exits 1 (it exited 0, and compare-systems then
+    showed "runs 0/10 ... MLPerf checks: passed")."""
+    copy = _round_copy(tmp_path)
+    bench = copy / "AMD" / "results" / SYSTEMS["AMD"] / "llama2_70b_lora"
+    for log in bench.glob("result_*.txt"):
+        log.write_text(log.read_text().replace('"status": "success"', '"status": "aborted"'))
+    proc = warm_cli("import", "mlperf", bench, "--out", tmp_path / "out")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert "no score:" in proc.stdout
+    rec = load_published(tmp_path / "out" / "AMD" / SYSTEMS["AMD"] / "llama2_70b_lora")
+    assert rec.score.score_minutes is None and rec.score.no_score
+    # Exit 1 for the missing score alone, where MLPerf's checkers pass (here they also reject the
+    # aborted runs): the import's verdict, held apart from them.
+    from ampcert.session.published import Imported
+
+    passing = rec.model_copy(update={"reverification": rec.reverification.model_copy(update={"checks": []})})
+    assert not passing.rejected and not Imported(tmp_path / "out", [bench], [passing]).ok
+
+
 @pytest.mark.parametrize(("field", "value", "says"), [
     ("accelerators_per_node", "8x", "accelerators_per_node '8x' is not a whole number"),
     ("number_of_nodes", 1.5, "number_of_nodes 1.5 is not a whole number"),
@@ -311,6 +359,31 @@ def test_a_power_log_that_lasts_no_time_refuses_its_run_and_keeps_the_exit_code(
     assert refused.file == "result_5.txt" and refused.refused.startswith(reason) and refused.minutes is not None
     assert energy.mlperf_joules is None and "result_5.txt has no energy figure" in energy.no_figure
     assert "energy to train: no figure (result_5.txt has no energy figure" in proc.stdout
+
+
+def test_power_logs_are_kept_digested_named_and_a_window_outside_its_run_is_flagged(tmp_path, cli_here):
+    """The energy figure can be traced to its bytes: every power log is copied into the import and
+    digested, as the result logs are, and each run names the logs its figure comes from. A power
+    log whose events lie 5 hours before its run's is counted as MLPerf counts it, and said."""
+    import hashlib
+
+    folder = _power_benchmark(tmp_path)
+    node = folder / "power" / "result_7" / "node_0.txt"
+    node.write_text("".join(_later(line, -5 * 3_600_000) for line in node.read_text().splitlines(keepends=True)))
+    proc = cli_here("import", "mlperf", folder, "--out", tmp_path / "out")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr  # (RCP, as above)
+    imported = tmp_path / "out" / "Lenovo" / LENOVO / "bert"
+    rec = load_published(imported)
+    published = sorted(p.relative_to(folder).as_posix() for p in (folder / "power").rglob("*.txt"))
+    assert [p.file for p in rec.power_logs] == published
+    for p in rec.power_logs:
+        data = (imported / p.file).read_bytes()
+        assert data == (folder / p.file).read_bytes() and p.sha256 == hashlib.sha256(data).hexdigest()
+    run7 = next(r for r in rec.energy.runs if r.file == "result_7.txt")
+    assert run7.sources == ["power/result_7/node_0.txt"]
+    assert run7.outside_run == ["power/result_7/node_0.txt: its events end 4.9 h before run_start"]
+    assert not any(r.outside_run for r in rec.energy.runs if r.file != "result_7.txt")
+    assert "result_7.txt's power/result_7/node_0.txt: its events end 4.9 h before run_start" in proc.stdout
 
 
 def _later(line: str, ms: int) -> str:

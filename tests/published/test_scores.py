@@ -104,3 +104,32 @@ def test_a_folder_without_logs_is_not_a_benchmark(tmp_path):
     (tmp_path / "notes.txt").write_text(json.dumps({}))
     with pytest.raises(UserError, match="no result_\\*.txt logs: not an MLPerf benchmark folder"):
         score_benchmark(tmp_path)
+
+
+def test_a_benchmark_evaluating_two_metrics_is_scored_as_mlperfs_summarizer_scores_it(tmp_path):
+    """stable_diffusion logs CLIP and FID `eval_accuracy` at each evaluation; every such run was
+    dropped ("names metric 'FID', the evaluations before it 'CLIP'") and the import exited 0
+    without a score. Here: AMD's llama2_70b_lora logs with each evaluation logged as such a pair
+    (the fixture holds no published stable_diffusion folder), in a stable_diffusion folder,
+    scored against mlperf_logging's summarizer on the same files."""
+    from mlperf_logging.result_summarizer import result_summarizer
+
+    folder = tmp_path / "system" / "stable_diffusion"
+    shutil.copytree(ROUND / "AMD" / "results" / "MI355X_EPYC_9575F_pytorch" / "llama2_70b_lora", folder)
+    for log in folder.glob("result_*.txt"):
+        out = []
+        for line in log.read_text().splitlines(keepends=True):
+            if '"key": "eval_accuracy"' not in line:
+                out.append(line)
+                continue
+            at = line.index(":::MLLOG ")
+            event = json.loads(line[at + len(":::MLLOG "):])
+            for metric, value in (("CLIP", event["value"]), ("FID", 100.0 - 10 * event["value"])):
+                paired = event | {"value": value, "metadata": event["metadata"] | {"metric": metric}}
+                out.append(line[:at] + ":::MLLOG " + json.dumps(paired) + "\n")
+        log.write_text("".join(out))
+    official, _, factor = result_summarizer._compute_strong_score_standalone(
+        "stable_diffusion", "system", False, str(folder), "training", "5.1.0")
+    ours = score_benchmark(folder)
+    assert official is not None and ours.score_minutes == official and ours.scaling_factor == factor
+    assert not any(r.dropped for r in ours.runs) and ours.discrete_note  # one metric's evaluations timed

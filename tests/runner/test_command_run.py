@@ -263,3 +263,79 @@ def test_a_precision_whose_job_diverges_fails_its_certificate_and_is_never_missi
     found = {v["rule"]: v["status"] for v in cert["verdicts"] if v["subject"]["precision"] == "bf16"}
     assert found["parity.final_metric"] == "FAIL" and found["numerics.finite_loss"] == "FAIL", found
     assert "certificate: FAIL" in proc.stdout
+
+
+@pytest.mark.parametrize(("kind", "says"), [("fifo", "not a regular file"), ("link", "a symbolic link")])
+def test_a_log_that_is_a_fifo_or_a_link_is_refused_within_the_timeout(tmp_path, kind, says):
+    """A job that leaves a FIFO at $AMPCERT_MLLOG and exits hung ampcert for good (it blocked
+    opening it); one that leaves a link there had the link followed. Both are refused: a failed
+    run with the reason, in seconds."""
+    make = ("os.mkfifo(os.environ['AMPCERT_MLLOG'])" if kind == "fifo" else
+            "os.symlink('/etc/os-release', os.environ['AMPCERT_MLLOG'])")
+    suite = _suite(tmp_path, f"import os\n{make}\n", precisions="[fp32]", extra="timeout_s: 3")
+    start = time.monotonic()
+    proc = run_cli("run", suite, "--out", tmp_path / "out", timeout=60)
+    assert time.monotonic() - start < 30, "ampcert took too long"
+    (r,) = load(tmp_path / "out").runs
+    assert r.status == "failed" and says in r.reason, (r.reason, proc.stdout + proc.stderr)
+
+
+# A job that leaves a daemon: fork, setsid, fork again (the classic double fork), the
+# grandchild writing into the run's folder for a minute; the job itself exits at once.
+DAEMON_JOB = MLLOG_JOB.replace("print(\"trained\", sys.argv[1])\n", """\
+print("trained", sys.argv[1])
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        path = os.path.join(os.environ["AMPCERT_RUN_DIR"], "daemon.txt")
+        open(path + ".pid", "w").write(str(os.getpid()))
+        for i in range(600):
+            open(path, "a").write(f"{i}\\n")
+            time.sleep(0.1)
+    os._exit(0)
+""")
+
+
+def test_a_double_forked_daemon_does_not_outlive_its_run(tmp_path):
+    """Before, the daemon (in a session of its own, reparented to init) kept running after the
+    run completed and after ampcert exited, still writing into the run's folder. Under the
+    job's keeper it is reparented to the keeper, ended with the run, and the run fails naming it."""
+    done = run_suite(_suite(tmp_path, DAEMON_JOB, precisions="[fp32]"), tmp_path / "out")
+    (r,) = load(done.root).runs
+    run_dir = ResultsDir(done.root).run_dir(r.run_id)
+    daemon = int((run_dir / "daemon.txt.pid").read_text())
+    assert not alive(daemon)
+    assert r.status == "failed" and "left 1 process(es) running" in r.reason, r.reason
+    lines = (run_dir / "daemon.txt").read_text()
+    time.sleep(0.5)
+    assert (run_dir / "daemon.txt").read_text() == lines  # nobody writes there any more
+
+
+def test_inherit_env_passes_only_the_variables_it_names(tmp_path):
+    """By default a job inherits ampcert's whole environment; `inherit_env` passes the named
+    variables alone (the AMPCERT_* fields and the entry's env still follow), and enters the
+    run id only where it is set."""
+    job = MLLOG_JOB.replace('print("trained", sys.argv[1])',
+                            'open(os.path.join(os.environ["AMPCERT_RUN_DIR"], "env.json"), "w").write('
+                            '__import__("json").dumps(dict(os.environ)))')
+    suites = {}
+    for name, extra in (("all", ""), ("named", "inherit_env: [PATH, AMPCERT_TEST_KEPT, NOT_SET_ANYWHERE]")):
+        folder = tmp_path / name
+        folder.mkdir()
+        suites[name] = _suite(folder, job, precisions="[fp32]",
+                              entry=f"env: {{FROM_ENTRY: x}}\n{extra}\n")
+    env = cli_env() | {"AMPCERT_TEST_KEPT": "kept", "AMPCERT_TEST_SECRET": "secret"}
+    seen, ids = {}, {}
+    for name, suite in suites.items():
+        proc = subprocess.run([sys.executable, "-m", "ampcert", "run", str(suite), "--out", str(tmp_path / name / "out")],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        (r,) = load(tmp_path / name / "out").runs
+        seen[name] = json.loads((ResultsDir(tmp_path / name / "out").run_dir(r.run_id) / "env.json").read_text())
+        ids[name] = r.run_id
+    assert seen["all"]["AMPCERT_TEST_SECRET"] == "secret" and seen["all"]["FROM_ENTRY"] == "x"
+    named = seen["named"]
+    assert "AMPCERT_TEST_SECRET" not in named and "HOME" not in named and "NOT_SET_ANYWHERE" not in named
+    assert named["AMPCERT_TEST_KEPT"] == "kept" and named["PATH"] == env["PATH"] and named["FROM_ENTRY"] == "x"
+    assert named["AMPCERT_SEED"] == "0" and named["AMPCERT_PRECISION"] == "fp32"
+    assert ids["all"] != ids["named"]

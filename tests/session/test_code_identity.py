@@ -149,3 +149,35 @@ def test_shipped_files_are_named_by_package_path_never_by_install_path(tmp_path,
     assert '"certify": "ampcert:configs/rules/default.yaml"' in written["plan.json"]
     bf16 = next(t for n, t in written.items() if n.endswith("result.json") and '"precision": "bf16"' in t)
     assert "ampcert:configs/policies/torch-cpu.yaml" in bf16
+
+
+# The job's accuracy comes from a helper module it imports (never named in argv).
+HELPER_JOB = JOB.replace("import json, os, time\n", "import json, os, time\nfrom helper import BASE\n").replace(
+    "0.7 + 0.05 * i", "BASE + 0.05 * i")
+
+
+@pytest.mark.parametrize("where", ["untracked in git", "outside git"])
+def test_resume_refuses_an_edited_helper_the_job_imports(tmp_path, run_cli, where):
+    """job.py is committed and the helper.py it imports is not (or no git at all): editing the
+    helper then resuming ran the new code beside the old results, with exit 0 and dirty: False."""
+    import subprocess
+
+    suite = _suite(tmp_path)
+    (tmp_path / "job.py").write_text(HELPER_JOB)
+    (tmp_path / "helper.py").write_text("BASE = 0.7\n")
+    if where == "untracked in git":
+        git = ["git", "-C", str(tmp_path), "-c", "user.email=t@t", "-c", "user.name=t"]
+        subprocess.run([*git, "init", "-q"], check=True)
+        subprocess.run([*git, "add", "job.py"], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", "job"], check=True)
+    out = tmp_path / "out"
+    assert run_cli("run", suite, "--out", out, "--shard", "1/2", cwd=tmp_path).returncode == 0
+    source = json.loads(ResultsDir(out).plan_file.read_text())["code"]["jobs"]["job"]
+    if where == "untracked in git":
+        assert source["git"]["dirty"] and set(source["git"]["untracked"]) == {"helper.py"}
+    else:
+        assert set(source["folder"]["files"]) == {"job.py", "helper.py"}  # not the results folder's files
+    assert run_cli("run", "--resume", out, cwd=tmp_path).returncode == 0  # nothing changed: resumes
+    (tmp_path / "helper.py").write_text("BASE = 0.6\n")
+    proc = run_cli("run", "--resume", out, "--retry-failed", cwd=tmp_path)
+    assert_one_line_error(proc, "planned with other code", "helper.py changed")
