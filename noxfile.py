@@ -328,7 +328,7 @@ def isa(session: nox.Session) -> None:
     """The certificates the docs promise, at both CPU kinds on this one machine: the
     quickstart's suite (from docs/quickstart.md) and `smoke`, each run at the machine's own
     ISA and with the CPU held to AVX2 (AVX2_ONLY), `--repeat N` times each (default 1;
-    `nox -s isa -- --repeat 5 --only quickstart`), installed from the wheel as the README's
+    `nox -s isa -- --repeat 5 --only quickstart --at avx2`), installed from the wheel as the README's
     main job installs it. Every run must end `certificate: PASS`, exit 0.
 
     How close the AVX2 setting comes to an AVX2-only machine: the same kernels run (ATen's
@@ -347,6 +347,7 @@ def isa(session: nox.Session) -> None:
     parser = argparse.ArgumentParser(prog="nox -s isa --")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--only", choices=["quickstart", "smoke"], action="append")
+    parser.add_argument("--at", choices=["native", "avx2"], action="append", help="the ISA settings (default both)")
     args = parser.parse_args(session.posargs)
     session.install(CPU_TORCH, ".[torch]")
     tmp = pathlib.Path(session.create_tmp())
@@ -354,6 +355,8 @@ def isa(session: nox.Session) -> None:
     quickstart.write_text(_quickstart_suite())
     suites = {"quickstart": str(quickstart), "smoke": "smoke"}
     for setting, env in (("native", {}), ("avx2", AVX2_ONLY)):
+        if args.at and setting not in args.at:
+            continue
         for name in args.only or list(suites):
             for i in range(args.repeat):
                 out = tmp / f"{name}-{setting}-{i}"
