@@ -61,8 +61,10 @@ class CommandJob(BaseModel):
 
     argv: list[str] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
+    # Written (and so in the run id) only where set: jobs planned before it keep their ids.
     inherit_env: list[str] | None = Field(
-        default=None, description="the variables of ampcert's environment the job inherits; null: all of them")
+        default=None, exclude_if=lambda v: v is None,
+        description="the variables of ampcert's environment the job inherits; absent: all of them")
     cwd: str | None = None
     workdir: str | None = None
     metric: str = "accuracy"
@@ -70,8 +72,7 @@ class CommandJob(BaseModel):
     target: float | None = None
 
     def identity(self) -> dict[str, Any]:
-        # inherit_env only where set, so the ids of jobs planned before it stay what they were.
-        return self.model_dump(exclude={"workdir"} | ({"inherit_env"} if self.inherit_env is None else set()))
+        return self.model_dump(exclude={"workdir"})
 
 
 def fields_named(template: str) -> list[str]:

@@ -50,6 +50,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -145,10 +146,13 @@ class _Refused(Exception):
 
 
 def energy_benchmark(folder: str | Path, benchmark: str | None = None,
-                     timed: scores.Timed | None = None) -> BenchmarkEnergy:
+                     timed: scores.Timed | None = None,
+                     power_logs: Mapping[str, bytes] | None = None) -> BenchmarkEnergy:
     """The energy to train of the benchmark folder ``folder`` (its name is the benchmark unless given),
     from its result files' ``timed`` runs (:func:`.scores.timed_runs`, read here unless given: the
-    runs the time-to-train score counts, and no others, have an energy figure)."""
+    runs the time-to-train score counts, and no others, have an energy figure); ``power_logs``: the
+    power logs' bytes by their path in ``folder`` (``power/result_0/node_0.txt``), where the
+    caller has read them already (the figures then come from the bytes it digested)."""
     folder = Path(folder)
     benchmark = benchmark or folder.name
     files = scores.result_files(folder)
@@ -159,7 +163,7 @@ def energy_benchmark(folder: str | Path, benchmark: str | None = None,
         return BenchmarkEnergy(benchmark=benchmark, power_logs=False, runs=[], scaling_factor=factor,
                                no_figure="no power/ folder: these results were submitted without power logs")
     timed = scores.timed_runs(files) if timed is None else timed
-    runs = [run_energy(folder, path, one) for path, one in zip(files, timed, strict=True)]
+    runs = [run_energy(folder, path, one, power_logs) for path, one in zip(files, timed, strict=True)]
     counted = [run for run in runs if run.minutes is not None]
     dropped = len(runs) - len(counted)
     result = BenchmarkEnergy(
@@ -197,10 +201,11 @@ def olympic_by_time(minutes: list[float], energies: list[float | None], dropped:
     return sum(countable) * 1.0 / len(countable) * factor
 
 
-def run_energy(folder: Path, result: Path,
-               known: tuple[scores.RunTime, TrainingLog | None] | None = None) -> RunEnergy:
+def run_energy(folder: Path, result: Path, known: tuple[scores.RunTime, TrainingLog | None] | None = None,
+               power_logs: Mapping[str, bytes] | None = None) -> RunEnergy:
     """One run's energy figures (``folder/power/<result's name>/``), or the one reason it has none;
-    ``known``: the result's :func:`.scores.run_time` where the caller has it."""
+    ``known``: the result's :func:`.scores.run_time` where the caller has it; ``power_logs``: as
+    :func:`energy_benchmark` takes them."""
     timed, log = scores.run_time(result) if known is None else known
     run = RunEnergy(file=result.name, minutes=timed.minutes, refused=f"no time to train: {timed.dropped}")
     if timed.minutes is None or log is None:
@@ -213,9 +218,9 @@ def run_energy(folder: Path, result: Path,
     try:
         if not nodes:
             raise _Refused(f"no power/{power.name}/node_*.txt")
-        node_logs = {path: _events(path, folder) for path in nodes}
+        node_logs = {path: _events(path, folder, power_logs) for path in nodes}
         read_nodes = [_node(node_logs[path], time_to_train, _name(path, folder)) for path in nodes]
-        logs = {path: _events(path, folder) for path in switches}
+        logs = {path: _events(path, folder, power_logs) for path in switches}
         run.sources = [_name(path, folder) for path in (*nodes, *switches)]
         run.outside_run = [note for path, events in (*node_logs.items(), *logs.items())
                            if (note := _outside(events, log, _name(path, folder))) is not None]
@@ -326,14 +331,15 @@ def _switch_estimate(events: list[LogEvent], time_to_train: float, name: str) ->
     return conversion_eff * agg_power * time_to_train / 1000 if found else None
 
 
-def _events(path: Path, folder: Path) -> list[LogEvent]:
+def _events(path: Path, folder: Path, power_logs: Mapping[str, bytes] | None = None) -> list[LogEvent]:
     """A power log's events, in the file's order, read as the summarizer reads them, not as
     :mod:`ampcert.mllog_reader` reads a training log: a ``metadata`` that is not an object is
     none (SMC's v4.0 logs write ``""``). A marked line that is not a whole event with a key and
     a numeric time is refused (the summarizer skips it)."""
     name = _name(path, folder)
     try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
+        data = power_logs[name] if power_logs is not None and name in power_logs else path.read_bytes()
+        text = data.decode("utf-8", errors="replace")
     except OSError as exc:
         raise _Refused(f"{name}: cannot read it: {exc.strerror or exc}") from None
     events: list[LogEvent] = []

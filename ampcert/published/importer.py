@@ -301,7 +301,7 @@ def read_benchmark(where: BenchmarkFolder) -> Planned:
         power_logs=[PowerLog(file=name, sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
                     for name, data in power.items()],
         scaling_json_sha256=hashlib.sha256(files["scaling.json"]).hexdigest() if "scaling.json" in files else None,
-        score=score, energy=energy_benchmark(where.folder, where.benchmark, timed=timed),
+        score=score, energy=energy_benchmark(where.folder, where.benchmark, timed=timed, power_logs=power),
         reverification=Reverification.model_validate(checked))
     files[PUBLISHED_FILE] = (record.model_dump_json(indent=1) + "\n").encode()
     return Planned(where, record, files)

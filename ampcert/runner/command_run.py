@@ -157,8 +157,7 @@ class CommandRun:
             self.proc = subprocess.Popen([*keeper, *self.argv], cwd=self.job.workdir, env=env,
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
         except OSError as exc:
-            self.launch_error = (f"cannot start the command {self.argv[0]!r}"
-                                 f" (in {self.job.workdir}): {exc.strerror or exc}")
+            self.launch_error = self._cannot_start(exc.strerror or str(exc))
             self._close_files()
             return
         signals.watch_worker(_Tree(self.proc.pid))
@@ -264,6 +263,10 @@ class CommandRun:
                     "A job must wait for its children")
         return None
 
+    def _cannot_start(self, why: str) -> str:
+        """The reason of a run whose command did not start (Popen's error, or the keeper's exec)."""
+        return f"cannot start the command {self.argv[0]!r} (in {self.job.workdir}): {why}"
+
     def _keeper_record(self) -> list[int]:
         """The processes the job left that its keeper ended (their pids), and the job's start
         failure, where the keeper recorded one (a launch error, as Popen's own would be)."""
@@ -274,8 +277,7 @@ class CommandRun:
         if not isinstance(record, dict):
             return []
         if record.get("exec_error") and self.launch_error is None:
-            self.launch_error = (f"cannot start the command {self.argv[0]!r}"
-                                 f" (in {self.job.workdir}): {record['exec_error']}")
+            self.launch_error = self._cannot_start(str(record["exec_error"]))
         return [int(s["pid"]) for s in record.get("survivors") or [] if isinstance(s, dict) and "pid" in s]
 
     def _read_log(self) -> list[dict[str, Any]]:

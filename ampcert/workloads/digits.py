@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from ampcert.workloads.base import Budget, Prepared, TorchTask, warmup_cosine
 from ampcert.workloads.images import (  # noqa: F401 - the digits data, re-exported from where it lives
@@ -29,8 +29,6 @@ from ampcert.workloads.images import (  # noqa: F401 - the digits data, re-expor
     load_digits_arrays,
 )
 from ampcert.workloads.init import Initialiser, Weights
-
-LR_FLOOR = 0.1  # the schedule's last rate, a fraction of lr (resnet's and gpt's too)
 
 
 class DigitsParams(BaseModel):
@@ -43,19 +41,12 @@ class DigitsParams(BaseModel):
     lr: float = Field(0.05, gt=0)
     momentum: float = Field(0.9, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
-    # The cosine learning-rate schedule's length: lr decays to LR_FLOOR x lr at this
-    # step (and the budget stops there by default), so the final accuracy has settled
-    # rather than caught mid-oscillation, as at a constant rate. None: a constant rate.
-    max_steps: PositiveInt | None = None
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler):
-        # An unset schedule is left out, so runs that predate the field keep their ids
-        # (a run's id hashes its resolved params).
-        out = handler(self)
-        if out.get("max_steps", 0) is None:
-            del out["max_steps"]
-        return out
+    # The cosine learning-rate schedule's length (base.warmup_cosine, down to 0.1 x lr at
+    # this step, as resnet's; the budget stops there by default), so the final accuracy has
+    # settled rather than caught mid-oscillation, as at a constant rate. None: a constant
+    # rate, and left out of the dump, so runs that predate the field keep their ids (a
+    # run's id hashes its resolved params).
+    max_steps: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 def load_digits_tensors():
@@ -95,7 +86,7 @@ class DigitsWorkload:
             params=params, weights=initial_weights(params, seed),
             train_x=train_x, train_y=train_y, eval_x=eval_x, eval_y=eval_y, batch_size=params.batch_size,
             data_note=f"sklearn load_digits: {len(train_x)} train / {len(eval_x)} eval, fixed split",
-            lr_lambda=warmup_cosine(0, params.max_steps, LR_FLOOR) if params.max_steps else None,
+            lr_lambda=warmup_cosine(0, params.max_steps) if params.max_steps else None,
         )
 
     def build(self, params: DigitsParams, seed: int, device: str) -> TorchTask:
