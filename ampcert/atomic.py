@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from ampcert.errors import WriteFailed
@@ -26,6 +27,13 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     A write that fails (a full disk, a read-only folder) removes its temp file,
     leaves ``path`` as it was and raises :class:`WriteFailed` naming ``path``
     and the errno: one line for the CLI, not a traceback."""
+    atomic_write_chunks(path, (data,))
+
+
+def atomic_write_chunks(path: str | Path, chunks: Iterable[bytes]) -> None:
+    """:func:`atomic_write_bytes` of the bytes ``chunks`` gives, one at a time (a copy of a
+    file of any size, in bounded memory). An exception from ``chunks`` other than OSError
+    leaves ``path`` as it was and passes through."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -33,7 +41,8 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         try:
             with os.fdopen(fd, "wb") as fh:  # (closes fd whatever fails below)
                 os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
-                fh.write(data)
+                for chunk in chunks:
+                    fh.write(chunk)
                 fh.flush()  # a full disk shows here or at fsync, before the rename
                 os.fsync(fh.fileno())
             os.replace(tmp, path)

@@ -81,19 +81,21 @@ This module reads only; it imports nothing but the standard library,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from ampcert import mllog
 from ampcert.errors import UserError
+from ampcert.regular_files import HashedLines, open_regular
 
 __all__ = [
     "MARKER", "EVENT_TYPES", "RUN_STATUSES", "LogEvent", "LogError", "Eval", "TrainingLog",
-    "parse", "read_text", "read", "summarize", "read_training_log",
+    "parse", "iter_events", "read_text", "read", "summarize", "read_training_log", "scan", "Scanned",
 ]
 
 #: What starts an event in a line; the text before it is a prefix.
@@ -158,8 +160,10 @@ class Eval(NamedTuple):
 class TrainingLog:
     """What a training log says. Times are the log's ``time_ms``. Fields a log
     does not hold are None (or empty); ``points`` holds the last value of
-    every other ``POINT_IN_TIME`` key, and ``events`` every event, for
-    callers that need more."""
+    every other ``POINT_IN_TIME`` key (the first :data:`MAX_POINT_KEYS` keys),
+    ``eval_intervals`` each ``eval_start``/``eval_stop`` pair inside the run.
+    The events themselves are not kept: a log of any size is read in bounded
+    memory (:func:`parse` gives them, for a log small enough to hold)."""
 
     source: str
     run_start_ms: float
@@ -180,7 +184,8 @@ class TrainingLog:
     lowest_precision_detail: dict[str, dict[str, Any]] = field(default_factory=dict)  # their metadata
     submission: dict[str, str] = field(default_factory=dict)            # "benchmark"|"org"|... -> value
     points: dict[str, Any] = field(default_factory=dict)
-    events: tuple[LogEvent, ...] = field(default=(), repr=False)
+    eval_intervals: tuple[tuple[float, float], ...] = ()  # (eval_start, eval_stop) time_ms, inside the run
+    event_count: int = 0
 
     @property
     def duration_s(self) -> float:
@@ -245,7 +250,12 @@ def parse(lines: Iterable[str], source: str, *, in_order: bool = True) -> list[L
     for order, and a run's time (run_start to run_stop) does not depend on it."""
     if isinstance(lines, str):
         raise TypeError("parse() takes lines; pass a whole text to read_text()")
-    events: list[LogEvent] = []
+    return list(iter_events(lines, source, in_order=in_order))
+
+
+def iter_events(lines: Iterable[str], source: str, *, in_order: bool = True) -> Iterator[LogEvent]:
+    """:func:`parse`, one event at a time: what :func:`summarize` reads a file through,
+    so no more than one event is held."""
     previous: LogEvent | None = None
     for number, raw in enumerate(lines, start=1):
         at = raw.find(MARKER)
@@ -255,9 +265,8 @@ def parse(lines: Iterable[str], source: str, *, in_order: bool = True) -> list[L
         if in_order and previous is not None and event.time_ms < previous.time_ms:
             raise LogError(source, number, f"time_ms {_ms(event.time_ms)} is before the previous event's "
                            f"{_ms(previous.time_ms)} (line {previous.line}): timestamps go backwards")
-        events.append(event)
+        yield event
         previous = event
-    return events
 
 
 def read_text(text: str, source: str, *, in_order: bool = True) -> list[LogEvent]:
@@ -267,14 +276,11 @@ def read_text(text: str, source: str, *, in_order: bool = True) -> list[LogEvent
 
 def read(path: str | Path, *, in_order: bool = True) -> list[LogEvent]:
     """The events of the file at ``path`` (:func:`parse`), its bytes decoded as
-    UTF-8 (a bad byte, in noise, reads as U+FFFD). A file that cannot be read
-    is a :class:`LogError` ``cannot read PATH: REASON``."""
-    source = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise LogError(f"cannot read {source}", None, exc.strerror or str(exc)) from None
-    return read_bytes(data, source, in_order=in_order)
+    UTF-8 (a bad byte, in noise, reads as U+FFFD). The file must be a regular
+    file, reached without a symbolic link (:mod:`ampcert.regular_files`); one
+    that cannot be read is a :class:`LogError` ``cannot read PATH: REASON``."""
+    with _opened(path) as pieces:
+        return parse(file_lines(pieces, str(path)), str(path), in_order=in_order)
 
 
 def read_bytes(data: bytes, source: str, *, in_order: bool = True) -> list[LogEvent]:
@@ -282,9 +288,85 @@ def read_bytes(data: bytes, source: str, *, in_order: bool = True) -> list[LogEv
     return read_text(data.decode("utf-8", errors="replace"), source, in_order=in_order)
 
 
-def read_training_log(path: str | Path) -> TrainingLog:
-    """:func:`summarize` of :func:`read`: the training log at ``path``."""
-    return summarize(read(path), str(path))
+def read_training_log(path: str | Path, *, in_order: bool = True, source: str | None = None) -> TrainingLog:
+    """:func:`summarize` of :func:`read`, streamed: the training log at ``path``, read in
+    memory bounded by what it says (its evaluations), not by its size. ``source``
+    names it in errors (default: the path)."""
+    return scan(path, in_order=in_order, source=source).log_or_raise()
+
+
+@dataclass(frozen=True)
+class Scanned:
+    """One pass over a log file: what it says (or why it cannot be read) and the
+    sha256 and size of the bytes read, so a log's digest and its reading come from
+    the same bytes. ``error`` is None where ``log`` is not."""
+
+    log: TrainingLog | None
+    error: LogError | None
+    sha256: str
+    size: int
+
+    def log_or_raise(self) -> TrainingLog:
+        if self.log is None:
+            assert self.error is not None
+            raise self.error
+        return self.log
+
+
+def scan(path: str | Path, *, in_order: bool = True, source: str | None = None) -> Scanned:
+    """The log at ``path`` read once, in bounded memory (:class:`Scanned`). A file that
+    cannot be opened (missing, a link, not a regular file) raises :class:`LogError`."""
+    source = str(path) if source is None else source
+    with _opened(path, source) as pieces:
+        try:
+            log, error = summarize(iter_events(file_lines(pieces, source), source, in_order=in_order), source), None
+        except LogError as exc:
+            log, error = None, exc
+        pieces.drain()  # the digest covers the whole file, where reading stopped early
+        return Scanned(log=log, error=error, sha256=pieces.sha256, size=pieces.size)
+
+
+#: The longest MLLOG event line read, in bytes. MLPerf's events are a few hundred
+#: bytes; a longer line that holds the marker is refused, a longer line of noise skipped,
+#: so that no one line can make the reader hold the file.
+MAX_LINE = 1 << 20
+
+
+@contextlib.contextmanager
+def _opened(path: str | Path, source: str | None = None) -> Iterator[HashedLines]:
+    try:
+        fh = open_regular(path)
+    except OSError as exc:
+        raise LogError(f"cannot read {source or path}", None, exc.strerror or str(exc)) from None
+    with fh:
+        yield HashedLines(fh, MAX_LINE)
+
+
+def file_lines(pieces: Iterable[bytes], source: str) -> Iterator[str]:
+    """Decoded lines from pieces of at most :data:`MAX_LINE` bytes (:class:`HashedLines`):
+    a line longer than that is ``""`` (its number kept) if it holds no :data:`MARKER`,
+    and a :class:`LogError` if it does."""
+    marker = MARKER.encode()
+    number, long_line, tail = 0, False, b""
+    for piece in pieces:
+        ends = piece.endswith(b"\n")
+        if not long_line and ends:
+            number += 1
+            yield piece.decode("utf-8", errors="replace")
+            continue
+        if not long_line and len(piece) < MAX_LINE:  # the last line, without a line end
+            number += 1
+            yield piece.decode("utf-8", errors="replace")
+            continue
+        if marker in tail + piece:  # a marker may straddle two pieces
+            raise LogError(source, number + 1, f"a line of over {MAX_LINE:,} bytes holds an MLLOG event: "
+                           "no event is that long (a log written without line ends?)")
+        long_line, tail = not ends, b"" if ends else piece[-len(marker):]
+        if ends:
+            number += 1
+            yield ""
+    if long_line:
+        yield ""
 
 
 def _event(raw: str, start: int, number: int, source: str) -> LogEvent:
@@ -329,40 +411,58 @@ def _event(raw: str, start: int, number: int, source: str) -> LogEvent:
 # --------------------------------------------------------------------------- what the events say
 
 
-def summarize(events: Sequence[LogEvent], source: str) -> TrainingLog:
+def summarize(events: Iterable[LogEvent], source: str) -> TrainingLog:
     """What a training log says (:class:`TrainingLog`), from :func:`parse`'s
-    events. Raises :class:`LogError` naming the offending event's line for a
-    log that does not say it unambiguously (see the module's doc)."""
-    events = tuple(events)
-    if not events:
-        raise LogError(source, None, f"no {MARKER.strip()} events: not an MLLOG log, or an empty one")
+    events, in one pass that keeps only what it reports (events may be
+    :func:`iter_events`' stream). Raises :class:`LogError` naming the offending
+    event's line for a log that does not say it unambiguously (see the
+    module's doc): first a log that holds no one whole run (which is found only
+    at its end), then the first event that says something wrong, in line order."""
     start: LogEvent | None = None
     stop: LogEvent | None = None
     init_stop: LogEvent | None = None
     init_start_ms: float | None = None
-    first = last_index = 0  # the positions of run_start and run_stop
-    for index, event in enumerate(events):
+    last: LogEvent | None = None
+    count = 0
+    # The first event that says something wrong, raised once the run's shape is known
+    # (an eval before run_start names run_start's line, which comes later).
+    wrong: Callable[[LogEvent, LogEvent], LogError] | None = None
+    evals: list[Eval] = []
+    samples: int | None = None
+    single: dict[str, LogEvent] = {}  # key -> the event that set a once-only field
+    points: dict[str, Any] = {}
+    marks: list[tuple[str, float]] = []  # eval_start / eval_stop, in order
+    for event in events:
+        count, last = count + 1, event
         if event.key == mllog.RUN_START:
             if start is not None:
                 raise LogError(source, event.line, f"a second run_start (the first is at line {start.line}): "
                                "two runs in one log?")
-            start, first = event, index
+            start = event
         elif event.key == mllog.RUN_STOP:
             if stop is not None:
                 raise LogError(source, event.line, f"a second run_stop (the first is at line {stop.line})")
             if start is None:
                 raise LogError(source, event.line, "run_stop before any run_start")
-            stop, last_index = event, index
+            stop = event
         elif event.key == mllog.INIT_STOP:
             if init_stop is not None:
                 raise LogError(source, event.line, f"a second init_stop (the first is at line {init_stop.line})")
             init_stop = event
         elif event.key == mllog.INIT_START and init_start_ms is None:
             init_start_ms = event.time_ms
+        if wrong is not None:
+            continue  # the log is refused; only a wrong shape, found above, comes before it
+        try:
+            samples = _take(event, start, stop, source, evals, single, points, marks, samples)
+        except _Wrong as exc:
+            wrong = exc.error
     if start is None:
+        if last is None:
+            raise LogError(source, None, f"no {MARKER.strip()} events: not an MLLOG log, or an empty one")
         raise LogError(source, None, "no run_start: this log holds no training run")
     if stop is None:
-        last = events[-1]
+        assert last is not None
         raise LogError(source, None, "no run_stop: the job never logged its end (truncated log?); "
                        f"the last event is {last.key} at line {last.line}")
     if stop.time_ms < start.time_ms:
@@ -373,32 +473,8 @@ def summarize(events: Sequence[LogEvent], source: str) -> TrainingLog:
         raise LogError(source, stop.line, f"run_stop has no status in its metadata (expected {' or '.join(RUN_STATUSES)})")
     if status not in RUN_STATUSES:
         raise LogError(source, stop.line, f"run_stop status {_show(status)} is not {' or '.join(RUN_STATUSES)}")
-
-    evals: list[Eval] = []
-    samples: int | None = None
-    single: dict[str, LogEvent] = {}  # key -> the event that set a once-only field
-    points: dict[str, Any] = {}
-    for index, event in enumerate(events):
-        within = first <= index <= last_index
-        if within and event.metadata.get("samples_count") is not None:
-            count = _whole(event.metadata["samples_count"], f"{event.key} samples_count", event, source)
-            samples = count if samples is None else max(samples, count)
-        if event.key == mllog.EVAL_ACCURACY:
-            if not within:
-                where = "before run_start" if index < first else "after run_stop"
-                raise LogError(source, event.line, f"eval_accuracy {where} (line "
-                               f"{start.line if index < first else stop.line}): an evaluation outside the run")
-            # Several metrics may be evaluated together (stable_diffusion logs CLIP and FID at each
-            # evaluation, and MLPerf scores it): each eval names its own (``metrics``, ``of``).
-            evals.append(_eval(event, source))
-        elif event.key in _SINGLE_FIELDS:
-            seen = single.get(event.key)
-            if seen is not None and seen.value != event.value:
-                raise LogError(source, event.line, f"{event.key} {_show(event.value)} differs from "
-                               f"{_show(seen.value)} logged at line {seen.line}")
-            single.setdefault(event.key, event)
-        elif event.event_type == mllog.POINT_IN_TIME:
-            points[event.key] = event.value
+    if wrong is not None:
+        raise wrong(start, stop)
 
     def whole(key: str, least: int | None) -> int | None:
         event = single.get(key)
@@ -418,13 +494,76 @@ def summarize(events: Sequence[LogEvent], source: str) -> TrainingLog:
         evals=tuple(evals), samples=samples, seed=whole(mllog.SEED, None),
         global_batch_size=whole(mllog.GLOBAL_BATCH_SIZE, 1), train_samples=whole(mllog.TRAIN_SAMPLES, 0),
         eval_samples=whole(mllog.EVAL_SAMPLES, 0), lowest_precision=lowest, lowest_precision_detail=detail,
-        submission=submission, points=points, events=events,
+        submission=submission, points=points, eval_intervals=_intervals(marks, start.time_ms, stop.time_ms),
+        event_count=count,
     )
 
 
+class _Wrong(Exception):
+    """An event that says something wrong: ``error(run_start, run_stop)`` makes its LogError
+    once the run's events are known."""
+
+    def __init__(self, error: Callable[[LogEvent, LogEvent], LogError]):
+        self.error = error
+
+
+def _take(event: LogEvent, start: LogEvent | None, stop: LogEvent | None, source: str, evals: list[Eval],
+          single: dict[str, LogEvent], points: dict[str, Any], marks: list[tuple[str, float]],
+          samples: int | None) -> int | None:
+    """Note what one event says (the largest samples_count inside the run is returned);
+    :class:`_Wrong` for an event that says something wrong."""
+    # Inside the run: from run_start to run_stop, both included.
+    within = start is not None and (stop is None or stop is event)
+    try:
+        if within and event.metadata.get("samples_count") is not None:
+            count = _whole(event.metadata["samples_count"], f"{event.key} samples_count", event, source)
+            samples = count if samples is None else max(samples, count)
+        if event.key == mllog.EVAL_ACCURACY:
+            if not within:
+                before = start is None
+
+                def outside(run_start: LogEvent, run_stop: LogEvent) -> LogError:
+                    where = "before run_start" if before else "after run_stop"
+                    return LogError(source, event.line, f"eval_accuracy {where} (line "
+                                    f"{(run_start if before else run_stop).line}): an evaluation outside the run")
+                raise _Wrong(outside)
+            # Several metrics may be evaluated together (stable_diffusion logs CLIP and FID at each
+            # evaluation, and MLPerf scores it): each eval names its own (``metrics``, ``of``).
+            evals.append(_eval(event, source))
+        elif event.key in _SINGLE_FIELDS:
+            seen = single.get(event.key)
+            if seen is not None and seen.value != event.value:
+                raise LogError(source, event.line, f"{event.key} {_show(event.value)} differs from "
+                               f"{_show(seen.value)} logged at line {seen.line}")
+            single.setdefault(event.key, event)
+        elif event.key in (mllog.EVAL_START, mllog.EVAL_STOP):
+            marks.append((event.key, event.time_ms))
+        elif event.event_type == mllog.POINT_IN_TIME and (event.key in points or len(points) < MAX_POINT_KEYS):
+            points[event.key] = event.value
+    except LogError as exc:
+        error = exc
+        raise _Wrong(lambda _start, _stop: error) from None
+    return samples
+
+
+def _intervals(marks: list[tuple[str, float]], start_ms: float, stop_ms: float) -> tuple[tuple[float, float], ...]:
+    """(start, stop) in ms of each eval_start/eval_stop pair inside the run."""
+    out, opened = [], None
+    for key, time_ms in marks:
+        if not start_ms <= time_ms <= stop_ms:
+            continue
+        if key == mllog.EVAL_START:
+            opened = time_ms
+        elif opened is not None:
+            out.append((opened, time_ms))
+            opened = None
+    return tuple(out)
 # Keys a TrainingLog gives a field of their own: logged once (or again with the same value).
 _SINGLE_FIELDS = frozenset({mllog.SEED, mllog.GLOBAL_BATCH_SIZE, mllog.TRAIN_SAMPLES, mllog.EVAL_SAMPLES,
                             *LOWEST_PRECISION_KEYS, *SUBMISSION_KEYS})
+#: The POINT_IN_TIME keys :attr:`TrainingLog.points` keeps (the first ones seen): a log is
+#: read in bounded memory, however many keys it invents.
+MAX_POINT_KEYS = 1000
 # ampcert's writer spells non-finite floats out (JSON has none); Python's json reads NaN, Infinity.
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 

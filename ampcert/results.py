@@ -27,7 +27,6 @@ anything is written (:func:`check_path_limits`).
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import stat
@@ -43,6 +42,7 @@ from ampcert.atomic import (
     atomic_write_text,  # re-exported: the writers of results import it from here
 )
 from ampcert.errors import UserError
+from ampcert.regular_files import link_target, read_regular_file  # noqa: F401 (read_regular_file: re-exported)
 from ampcert.spec import MAX_NAME_LEN, RunSpec, id_problem, shown
 from ampcert.stored_plan import StoredPlan
 
@@ -346,7 +346,7 @@ class ResultsDir:
             except OSError as exc:
                 raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
             if stat.S_ISLNK(mode):
-                raise UserError(f"{path}: is a symbolic link{_link_target(path)}; run folders must be real "
+                raise UserError(f"{path}: is a symbolic link{link_target(path)}; run folders must be real "
                                 f"folders inside {self.root}, and ampcert does not follow links out of it")
             if not stat.S_ISDIR(mode):
                 raise UserError(f"{path}: is not a folder; remove it (a run folder holds a run's files)")
@@ -435,31 +435,6 @@ def _plan_run(path: Path, index: int, data: Any) -> RunSpec:
         first = err.errors()[0]
         where = "".join(f".{x}" for x in first["loc"])
         raise UserError(f"{path}: runs[{index}]{where}: {first['msg'].removeprefix('Value error, ')}") from None
-
-
-def _link_target(path: Path) -> str:
-    try:
-        return f" (to {shown(os.readlink(path), 300)})"
-    except OSError:
-        return ""
-
-
-def read_regular_file(path: Path) -> bytes:
-    """The bytes of ``path``, a regular file read without following a symbolic
-    link: a results folder may come from elsewhere, and a link in it must not
-    make ampcert read (or hang on: a FIFO, /dev/zero) what it points to.
-    Raises OSError (ELOOP for a link, FileNotFoundError for none)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP and os.path.islink(path):  # O_NOFOLLOW's answer for a link
-            raise OSError(errno.ELOOP, f"a symbolic link{_link_target(path)}, not followed", str(path)) from None
-        raise
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        return fh.read()
 
 
 # --------------------------------------------------------------------------- file system limits

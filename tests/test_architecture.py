@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ampcert.configio", "ampcert.atomic", "ampcert.resources", "ampcert.errors", "ampcert.mllog",
      "ampcert.mllog_reader", "ampcert.envinfo",
      "ampcert.console", "ampcert.version", "ampcert.vocabulary", "ampcert.formats",
-     "ampcert.steady_state"),  # leaves every layer may use
+     "ampcert.steady_state", "ampcert.regular_files"),  # leaves every layer may use
     ("ampcert.amp",),                                    # the AMP engine: usable alone
 ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -13,6 +14,8 @@ import pytest
 from ampcert import mllog
 from ampcert.errors import UserError
 from ampcert.mllog_reader import (
+    MAX_LINE,
+    MAX_POINT_KEYS,
     Eval,
     LogError,
     LogEvent,
@@ -21,6 +24,7 @@ from ampcert.mllog_reader import (
     read,
     read_text,
     read_training_log,
+    scan,
     summarize,
 )
 
@@ -155,7 +159,7 @@ def test_reads_what_ampcert_mllogger_writes(tmp_path):
 
     got = read_training_log(path)
     assert got.status == "aborted" and got.run_stop_metadata["reason"] == "loss became NaN at step 21"
-    assert {e.namespace for e in got.events} == {"r1"} and len(got.events) == 25
+    assert {e.namespace for e in read(path)} == {"r1"} and got.event_count == 25
     assert got.run_start_line == 14 and got.run_stop_line == 25
     assert got.init_start_ms is not None and got.init_start_ms <= got.init_stop_ms <= got.run_start_ms
     assert got.submission == {"benchmark": "gpt", "org": "acme", "platform": "8xH100", "division": "open",
@@ -196,7 +200,7 @@ def test_the_stored_golden_runs_logs_say_what_their_results_say(run):
     result = json.loads((GOLDEN_RUNS / run / "result.json").read_text())
     got = read_training_log(GOLDEN_RUNS / run / "run.mllog")
     assert got.status == "success" and result["status"] == "completed"
-    assert {e.namespace for e in got.events} == {result["run_id"]}
+    assert {e.namespace for e in read(GOLDEN_RUNS / run / "run.mllog")} == {result["run_id"]}
     assert [e.value for e in got.evals] == [e["value"] for e in result["evals"]]
     assert [e.samples_count for e in got.evals] == [e["samples"] for e in result["evals"]]
     assert got.samples == result["train_samples"]
@@ -297,7 +301,7 @@ def test_a_file_that_cannot_be_read_is_one_line(tmp_path, make):
     path = make(tmp_path / "missing.mllog")
     with pytest.raises(LogError) as info:
         read(path)
-    reason = "No such file or directory" if path.name == "missing.mllog" else "Is a directory"
+    reason = "No such file or directory" if path.name == "missing.mllog" else "not a regular file"
     assert str(info.value) == f"cannot read {path}: {reason}"
     with pytest.raises(LogError, match="cannot read"):
         read_training_log(path)
@@ -395,3 +399,59 @@ def test_log_error_is_a_one_line_user_error_that_pickles():
     back = pickle.loads(pickle.dumps(err))
     assert (str(back), back.source, back.line, back.detail) == (str(err), err.source, 12, err.detail)
     assert str(LogError("run.mllog", None, "no run_start")) == "run.mllog: no run_start"
+
+
+# --------------------------------------------------------------------------- a log of any size
+
+
+def test_a_file_is_summarized_in_one_pass_as_the_whole_list_of_its_events_is(tmp_path):
+    lines = run_lines(start(mllog.EVAL_START, T0 + 1), acc(T0 + 2, 0.5, samples_count=8),
+                      end(mllog.EVAL_STOP, T0 + 3), line("tracked_stats", T0 + 4, value=1.5))
+    path = tmp_path / "run.mllog"
+    path.write_text("\n".join(lines) + "\n")
+    streamed, listed = read_training_log(path), summarize(parse(lines, str(path)), str(path))
+    assert streamed == listed and streamed.event_count == 6
+    assert streamed.eval_intervals == ((T0 + 1, T0 + 3),) and streamed.points == {"tracked_stats": 1.5}
+
+
+def test_a_noise_line_longer_than_a_piece_is_skipped_and_the_lines_after_it_keep_their_numbers(tmp_path):
+    path = tmp_path / "run.mllog"
+    noise = "x" * (2 * MAX_LINE + 5)  # read in three pieces
+    path.write_text("\n".join([start(mllog.RUN_START, T0), noise, acc(T0 + 1, 0.5),
+                               end(mllog.RUN_STOP, T0 + 2, status="success")]) + "\n")
+    (ev,) = read_training_log(path).evals
+    assert ev.line == 3 and ev.value == 0.5
+
+
+@pytest.mark.parametrize("at", [10, MAX_LINE - 4, MAX_LINE + 100])  # in the first piece, across two, in the second
+def test_an_event_line_longer_than_a_piece_is_refused_naming_its_line(tmp_path, at):
+    path = tmp_path / "run.mllog"
+    long_line = "x" * at + mllog.PREFIX + "y" * (MAX_LINE + 200 - at)
+    path.write_text("\n".join([start(mllog.RUN_START, T0), long_line, end(mllog.RUN_STOP, T0 + 2)]) + "\n")
+    with pytest.raises(LogError) as info:
+        read_training_log(path)
+    assert info.value.line == 2 and "holds an MLLOG event" in info.value.detail
+
+
+def test_a_scan_digests_every_byte_of_the_file_even_where_the_log_is_refused(tmp_path):
+    path = tmp_path / "run.mllog"
+    path.write_text("\n".join([start(mllog.RUN_START, T0), '0: :::MLLOG {"cut', "noise " * 1000]))
+    got = scan(path)
+    assert got.log is None and got.error is not None and got.error.line == 2
+    assert (got.sha256, got.size) == (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_size)
+    with pytest.raises(LogError):
+        got.log_or_raise()
+
+
+def test_points_keep_the_first_keys_only_however_many_a_log_invents():
+    keys = [line(f"k{i}", T0 + 1, value=i) for i in range(MAX_POINT_KEYS + 5)]
+    got = summarize(parse(run_lines(*keys, line("k0", T0 + 2, value="last")), "x"), "x")
+    assert len(got.points) == MAX_POINT_KEYS and got.points["k0"] == "last" and f"k{MAX_POINT_KEYS}" not in got.points
+
+
+def test_a_wrong_event_before_the_run_names_run_starts_line_found_after_it():
+    lines = [acc(T0 - 1, 0.5), *run_lines()]
+    assert str(failure(lines)) == ("run.mllog line 1: eval_accuracy before run_start (line 2): "
+                                   "an evaluation outside the run")
+    # a log without a run says so first, whatever else is wrong in it
+    assert failure([acc(T0, "abc")]).detail == "no run_start: this log holds no training run"

@@ -29,13 +29,13 @@ stay empty, never guessed.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
-from ampcert import mllog
 from ampcert.backends.contract import NonFiniteLoss, PhaseTimes, RunFailed, TrainOutcome
-from ampcert.mllog_reader import LogError, TrainingLog, read_text, summarize
-from ampcert.results import EvalPoint, LowestPrecision, Measured, Phases, read_regular_file
+from ampcert.mllog_reader import LogError, TrainingLog, read_training_log
+from ampcert.results import EvalPoint, LowestPrecision, Measured, Phases
 from ampcert.spec import RunSpec
 
 UNDISCLOSED = "undisclosed"
@@ -48,31 +48,15 @@ class JobFailed(RunFailed):
 def read_log(path: Path) -> TrainingLog:
     """The job's log, strictly; every problem is a :class:`JobFailed` naming the line."""
     name = f"{path.parent.name}/{path.name}"
-    try:
-        data = read_regular_file(path)  # never through a link, never blocked on a FIFO
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         raise JobFailed(f"the job exited 0 but wrote no MLLOG ({name}): write it to $AMPCERT_MLLOG "
-                        "(mlperf_logging.mllog, ampcert.track, or the HF / Lightning callbacks)") from None
-    except OSError as exc:
-        raise JobFailed(f"cannot read {name}: {exc.strerror or exc}") from None
+                        "(mlperf_logging.mllog, ampcert.track, or the HF / Lightning callbacks)")
     try:
-        return summarize(read_text(data.decode("utf-8", errors="replace"), name), name)
+        # Streamed, in memory bounded by the evaluations (a job's log may be any size); never
+        # through a link, never blocked on a FIFO (mllog_reader opens regular files only).
+        return read_training_log(path, source=name)
     except LogError as exc:
         raise JobFailed(str(exc)) from None
-
-
-def _eval_intervals(log: TrainingLog) -> list[tuple[float, float]]:
-    """(start, stop) in ms of each eval_start/eval_stop pair inside the run."""
-    out, opened = [], None
-    for ev in log.events:
-        if not log.run_start_ms <= ev.time_ms <= log.run_stop_ms:
-            continue
-        if ev.key == mllog.EVAL_START:
-            opened = ev.time_ms
-        elif ev.key == mllog.EVAL_STOP and opened is not None:
-            out.append((opened, ev.time_ms))
-            opened = None
-    return out
 
 
 def _eval_ms_before(intervals: list[tuple[float, float]], t_ms: float) -> float:
@@ -119,7 +103,7 @@ def outcome(spec: RunSpec, log_path: Path, telemetry: Any, *, argv: list[str], r
         raise JobFailed(f"{name}: the job logged seed {log.seed} where the run's is {spec.seed}: "
                         "pass {seed} (or $AMPCERT_SEED) to it")
     gbs = log.global_batch_size
-    intervals = _eval_intervals(log)
+    intervals = list(log.eval_intervals)
     eval_s = sum(stop - start for start, stop in intervals) / 1000.0
     samples = log.samples
     last_ms = log.run_stop_ms

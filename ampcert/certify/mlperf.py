@@ -20,7 +20,11 @@ package checker over a package of that one system and benchmark. Compliance
 passes as MLPerf accepts a folder: at most one file failing (four for unet3d),
 dropped by olympic scoring. The RCP step deletes and rewrites ``scaling.json``
 and the summarizer and package checker run it too, so those steps run on
-copies in a temporary folder: the input is only read. What a checker finds
+copies in a temporary folder: the input is only read. The copies hold each
+result log's ``:::MLLOG`` lines alone (:func:`_lean_copy`): every one of
+MLPerf's checkers reads those lines and skips the rest, so the verdicts are the
+same, while the rest of a job's output (framework warnings, NCCL's, progress)
+may be hundreds of MB that each checker would read again. What a checker finds
 (its crash included) comes back as data (:class:`Reverification`), never as an
 exception.
 
@@ -49,6 +53,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from ampcert import mllog
 from ampcert.errors import UserError
 
 RULESET = "training"
@@ -336,6 +341,45 @@ def _benchmark_parts(folder: Path) -> tuple[Path, str, str, list[Path]]:
     return folder.parent.parent.parent, folder.parent.name, folder.name, files
 
 
+def _lean_copy(folder: Path, files: list[Path], where: Path) -> Path:
+    """``folder`` copied to ``where/<its name>`` with each of ``files`` (its result logs) cut
+    to the lines that hold MLPerf's marker, byte for byte: all that MLPerf's checkers read
+    of a log (its parser and the RCP checker skip every other line, the summarizer and the
+    package checker read through the parser). Read in pieces, so a log of any size is
+    copied in bounded memory; a line longer than a piece that holds the marker is copied
+    whole (read again from where it starts)."""
+    lean = where / folder.name
+    shutil.copytree(folder, lean, ignore=shutil.ignore_patterns(*(f.name for f in files)))
+    params = folder.parent / "package_checker_params"  # beside the benchmark folder, where _package_copy looks
+    if params.is_file():
+        shutil.copy2(params, where)
+    marker = mllog.PREFIX.encode()
+    for path in files:
+        with path.open("rb") as src, (lean / path.name).open("wb") as dst:
+            while True:
+                start = src.tell()
+                piece = src.readline(_PIECE)
+                if not piece:
+                    break
+                if piece.endswith(b"\n") or len(piece) < _PIECE:  # a whole line
+                    if marker in piece:
+                        dst.write(piece)
+                    continue
+                found, tail = marker in piece, piece[-len(marker):]
+                while not piece.endswith(b"\n") and (piece := src.readline(_PIECE)):
+                    found, tail = found or marker in tail + piece, piece[-len(marker):]
+                if found:  # copy the long line whole, from where it starts
+                    end = src.tell()
+                    src.seek(start)
+                    while src.tell() < end:
+                        dst.write(src.read(min(_PIECE, end - src.tell())))
+    return lean
+
+
+# A piece of a log read at once by _lean_copy.
+_PIECE = 1 << 20
+
+
 def _published_scaling(folder: Path) -> tuple[float | None, str]:
     path = folder / "scaling.json"
     if not path.exists():
@@ -521,13 +565,16 @@ def reverify(folder: str | Path, round: str | None = None) -> Reverification:
         return Reverification(**found, reason=reason,
                               checks=[Check(name=n, status="not run", detail=reason) for n in CHECKS])
     desc = submitter / "systems" / f"{system}.json"
-    checks = [_guard(COMPLIANCE, lambda: _compliance(files, ruleset, benchmark)), _guard(SYSTEM, lambda: _system(desc, ruleset))]
     try:
         division = json.loads(desc.read_text()).get("division")
     except (OSError, ValueError, AttributeError):
         division = None
     with tempfile.TemporaryDirectory(prefix="ampcert-reverify-") as tmp:
         where = Path(tmp)
+        real, folder = folder, _lean_copy(folder, files, where / "lean")
+        lean_files = [folder / f.name for f in files]
+        checks = [_relocated(_guard(COMPLIANCE, lambda: _compliance(lean_files, ruleset, benchmark)), folder, real),
+                  _guard(SYSTEM, lambda: _system(desc, ruleset))]
         if division == "open":
             checks.append(Check(name=RCP, status="not run", detail="open division: MLPerf checks RCPs in the closed division only"))
         else:
@@ -537,7 +584,7 @@ def reverify(folder: str | Path, round: str | None = None) -> Reverification:
             def rcp() -> Check:
                 check, found["rcp_scaling_factor"] = _rcp(copy, ruleset, benchmark, published)
                 return check
-            check = _relocated(_guard(RCP, rcp), copy, folder)
+            check = _relocated(_guard(RCP, rcp), copy, real)
             checks.append(check.model_copy(update={"warnings": check.warnings + [unreadable]}) if unreadable else check)
         if not desc.is_file():
             checks += [Check(name=n, status="not run", detail=f"no systems/{system}.json") for n in (SUMMARIZER, PACKAGE)]

@@ -45,16 +45,17 @@ import json
 import os
 import shutil
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ampcert.atomic import atomic_write_bytes
+from ampcert.atomic import atomic_write_bytes, atomic_write_chunks
 from ampcert.certify.mlperf import COMPLIANCE, Reverification, reverify, round_name, round_of_folder
 from ampcert.errors import BadArgument, UserError
-from ampcert.mllog_reader import TrainingLog
+from ampcert.mllog_reader import Scanned, TrainingLog, scan
 from ampcert.published.energy import BenchmarkEnergy, energy_benchmark
 from ampcert.published.scores import (
     BenchmarkScore,
@@ -65,7 +66,7 @@ from ampcert.published.scores import (
     timed_runs,
 )
 from ampcert.published.system import SystemFingerprint, read_system
-from ampcert.results import read_regular_file
+from ampcert.regular_files import CHUNK, digest_regular_file, open_regular, read_regular_file
 
 FORMAT: Literal["ampcert.published.mlperf/1"] = "ampcert.published.mlperf/1"
 PUBLISHED_FILE = "published.json"
@@ -199,10 +200,10 @@ def find_benchmarks(path: Path, round_: str | None = None) -> list[BenchmarkFold
     return [BenchmarkFolder(d, found_round) for d in dirs]
 
 
-def _log(where: BenchmarkFolder, data: bytes, run: RunTime, log: TrainingLog | None) -> PublishedLog:
+def _log(where: BenchmarkFolder, read: Scanned, run: RunTime, log: TrainingLog | None) -> PublishedLog:
     """One result log as published: its bytes' digest, and what its run says (from :func:`.scores.run_time`)."""
     return PublishedLog(file=f"logs/{run.file}", original=where.relative(run.file),
-                        sha256=hashlib.sha256(data).hexdigest(), bytes=len(data),
+                        sha256=read.sha256, bytes=read.size,
                         status=log.status if log else None, seed=log.seed if log else None,
                         global_batch_size=log.global_batch_size if log else None,
                         problem=None if log else run.dropped)  # the reader's refusal, when it refused the log
@@ -231,12 +232,42 @@ def _relative(value: Any, root: str) -> Any:
 
 
 @dataclass(frozen=True)
+class Copied:
+    """A file the import copies when it writes, streamed (a result log may be hundreds of
+    MB, and is not held): the bytes it read when it planned, named by their digest. The
+    copy is refused if the file no longer holds them."""
+
+    source: Path
+    sha256: str
+    size: int
+
+    def write(self, dest: Path) -> None:
+        sha = hashlib.sha256()
+        try:
+            fh = open_regular(self.source)
+        except OSError as exc:
+            raise UserError(f"{self.source}: cannot read: {exc.strerror or exc}") from None
+        with fh:
+            def chunks() -> Iterator[bytes]:
+                for chunk in iter(lambda: fh.read(CHUNK), b""):
+                    sha.update(chunk)
+                    yield chunk
+            atomic_write_chunks(dest, chunks())
+        if sha.hexdigest() != self.sha256:
+            raise UserError(f"{self.source}: changed while it was imported (sha256 {sha.hexdigest()[:12]}, read "
+                            f"as {self.sha256[:12]}): import it again")
+
+    def same_as(self, path: Path) -> bool:
+        return digest_regular_file(path)[0] == self.sha256
+
+
+@dataclass(frozen=True)
 class Planned:
     """One benchmark folder read and judged, ready to write."""
 
     source: BenchmarkFolder
     record: PublishedBenchmark
-    files: dict[str, bytes]   # relative path in the output folder -> bytes
+    files: dict[str, bytes | Copied]   # relative path in the output folder -> bytes, or the file to copy
 
     @property
     def target(self) -> Path:
@@ -274,8 +305,10 @@ def read_benchmark(where: BenchmarkFolder) -> Planned:
     fingerprint = read_system(where.system_file)
     files: dict[str, bytes] = {"system.json": read_regular_file(where.system_file)}
     results = result_files(where.folder)
-    data = {path: read_regular_file(path) for path in results}
-    files.update({f"logs/{path.name}": data[path] for path in results})
+    # Each log read once, streamed: its digest, its status, the score and the energy come from the
+    # same bytes, in memory bounded by what the log says, not by its size.
+    scanned = {path: scan(path, in_order=False, source=path.name) for path in results}
+    files.update({f"logs/{path.name}": Copied(path, read.sha256, read.size) for path, read in scanned.items()})
     scaling = where.folder / "scaling.json"
     if scaling.is_file():
         files["scaling.json"] = read_regular_file(scaling)
@@ -289,15 +322,14 @@ def read_benchmark(where: BenchmarkFolder) -> Planned:
     # MLPerf's summarizer drops a run its compliance checker refuses; so does the score.
     refused = {f["file"]: f"MLPerf's compliance checker: {f['errors'][0] if f['errors'] else 'refused'}"
                for c in checked["checks"] if c["name"] == COMPLIANCE for f in c["files"] if not f["ok"]}
-    # Each log read once: its digest, its status, the score and the energy come from the same bytes.
-    timed = timed_runs(results, refused, data)
+    timed = timed_runs(results, refused, scanned)
     score = score_benchmark(where.folder, where.benchmark, accelerators=fingerprint.accelerators or None,
                             timed=timed)
     record = PublishedBenchmark(
         round=where.round, submitter=where.submitter_dir.name, system=where.system, benchmark=where.benchmark,
         division=fingerprint.division, availability=fingerprint.status, fingerprint=fingerprint,
         precision=_precision([log for _, log in timed if log is not None], fingerprint),
-        logs=[_log(where, data[path], run, log) for path, (run, log) in zip(results, timed, strict=True)],
+        logs=[_log(where, scanned[path], run, log) for path, (run, log) in zip(results, timed, strict=True)],
         power_logs=[PowerLog(file=name, sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
                     for name, data in power.items()],
         scaling_json_sha256=hashlib.sha256(files["scaling.json"]).hexdigest() if "scaling.json" in files else None,
@@ -316,8 +348,8 @@ def _clash(item: Planned, out: Path) -> str | None:
     if not folder.exists():
         return None
     there = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if not p.is_dir()}
-    differ = sorted((there ^ set(item.files)) | {n for n, data in item.files.items()
-                                                  if n in there and (folder / n).read_bytes() != data})
+    differ = sorted((there ^ set(item.files)) | {n for n, data in item.files.items() if n in there and not (
+        data.same_as(folder / n) if isinstance(data, Copied) else (folder / n).read_bytes() == data)})
     if differ:
         return (f"{folder / differ[0]} already exists with other content: import into an empty folder or remove "
                 f"{folder} (a second round of the same system and benchmark goes into another --out)")
@@ -343,7 +375,10 @@ def write_planned(planned: list[Planned], out: Path) -> list[Path]:
             try:
                 for name, data in item.files.items():
                     (building / name).parent.mkdir(parents=True, exist_ok=True)
-                    atomic_write_bytes(building / name, data)
+                    if isinstance(data, Copied):
+                        data.write(building / name)
+                    else:
+                        atomic_write_bytes(building / name, data)
                 building.rename(folder)
             finally:
                 shutil.rmtree(building, ignore_errors=True)

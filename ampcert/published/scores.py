@@ -41,7 +41,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert.errors import UserError
-from ampcert.mllog_reader import LogError, TrainingLog, read, read_bytes, summarize
+from ampcert.mllog_reader import LogError, Scanned, TrainingLog, scan
 
 LEVEL = 0.95
 RESAMPLES = 10_000
@@ -114,13 +114,14 @@ def result_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("result_*.txt"), key=key)
 
 
-def run_time(path: Path, data: bytes | None = None) -> tuple[RunTime, TrainingLog | None]:
-    """One log's time to train, or why it is dropped; ``data``: the file's bytes, where the caller
-    has read them already (a digest and the time then come from the same bytes)."""
+def run_time(path: Path, scanned: Scanned | None = None) -> tuple[RunTime, TrainingLog | None]:
+    """One log's time to train, or why it is dropped; ``scanned``: the file's one reading
+    (:func:`~ampcert.mllog_reader.scan`), where the caller has read it already (its digest
+    and the time then come from the same bytes)."""
     try:
-        # Ranks interleave (mllog_reader.parse).
-        events = read(path, in_order=False) if data is None else read_bytes(data, str(path), in_order=False)
-        log = summarize(events, path.name)
+        # Ranks interleave (mllog_reader.parse); streamed, so a log of any size is read in bounded memory.
+        scanned = scanned or scan(path, in_order=False, source=path.name)
+        log = scanned.log_or_raise()
     except LogError as exc:
         return RunTime(file=path.name, minutes=None, dropped=exc.detail), None
     last = log.evals[-1].samples_count if log.evals else None
@@ -136,11 +137,11 @@ Timed = list[tuple[RunTime, TrainingLog | None]]
 
 
 def timed_runs(files: Sequence[Path], refused: Mapping[str, str] | None = None,
-               data: Mapping[Path, bytes] | None = None) -> Timed:
-    """Each result file's :func:`run_time` (from ``data`` where given), a run ``refused`` names
+               scanned: Mapping[Path, Scanned] | None = None) -> Timed:
+    """Each result file's :func:`run_time` (from its ``scanned`` reading where given), a run ``refused`` names
     (MLPerf's compliance checker refused it: name -> why) dropped, as the summarizer drops it.
     What :func:`score_benchmark` and the energy (:mod:`.energy`) both read, read once."""
-    timed = [run_time(path, (data or {}).get(path)) for path in files]
+    timed = [run_time(path, (scanned or {}).get(path)) for path in files]
     return [(run.model_copy(update={"minutes": None, "dropped": refused[run.file]}), log)
             if refused and run.minutes is not None and run.file in refused else (run, log) for run, log in timed]
 

@@ -19,8 +19,10 @@ from ampcert.certify.mlperf import (
     SUMMARIZER,
     SYSTEM,
     Reverification,
+    _lean_copy,
     reverify,
 )
+from ampcert import mllog
 from ampcert.errors import UserError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "mlperf" / "training_results_v5.1"
@@ -175,3 +177,33 @@ def test_not_a_benchmark_folder_is_a_user_error(published, tmp_path):
         with pytest.raises(UserError, match="not an MLPerf benchmark folder") as err:
             reverify(folder, "v5.1")
         assert "\n" not in str(err.value)
+
+
+def test_a_logs_other_output_changes_no_verdict_as_the_checkers_read_its_mllog_lines_alone(published, tmp_path):
+    """A published log is a job's whole output; MLPerf's checkers read its :::MLLOG lines alone,
+    and so do the copies they are given (reverify's lean copy), however much else the log holds."""
+    root, _, results = published
+    noisy = tmp_path / "training_results_v5.1"
+    shutil.copytree(root, noisy)
+    folder = _folder(noisy, "Dell")
+    for log in folder.glob("result_*.txt"):
+        lines = log.read_text().splitlines(keepends=True)
+        log.write_text("".join(f"0: NCCL INFO Channel {i:02d}/32 via P2P\n{text}" for i, text in enumerate(lines))
+                       + "x" * (3 << 20) + "\n")  # and a line of noise longer than any piece read
+    got = reverify(folder).model_dump_json().replace(str(noisy), str(root))
+    assert got == results["Dell"].model_dump_json()
+
+
+def test_the_checkers_copy_holds_each_mllog_line_byte_for_byte_and_nothing_else(tmp_path):
+    folder = tmp_path / "bench"
+    folder.mkdir()
+    long_event = "0: " + mllog.PREFIX + '{"key": "x", "value": "' + "v" * (2 << 20) + '"}\n'
+    log = folder / "result_0.txt"
+    log.write_bytes(b"noise\n" + ("1: " + mllog.PREFIX + '{"key": "k"}\r\n').encode() + b"\xff\xfe bad bytes\n"
+                    + long_event.encode() + b"x" * (3 << 20) + b"\n" + mllog.PREFIX.encode() + b'{"last": 1}')
+    (folder / "scaling.json").write_text("{}")
+    lean = _lean_copy(folder, [log], tmp_path / "lean")
+    assert (lean / "result_0.txt").read_bytes() == (
+        ("1: " + mllog.PREFIX + '{"key": "k"}\r\n').encode() + long_event.encode() + mllog.PREFIX.encode()
+        + b'{"last": 1}')
+    assert (lean / "scaling.json").read_text() == "{}"

@@ -578,3 +578,17 @@ def test_a_published_log_whose_ranks_interleave_counts_as_mlperf_counts_it(tmp_p
     (rec,) = session.import_mlperf([folder], tmp_path / "out").records
     assert rec.logs[4].status == "success" and rec.score.runs[4].minutes is not None
     assert rec.score.score_minutes == _summarizer(folder) == 23.628676823361822
+
+
+def test_a_log_changed_between_its_reading_and_its_copy_is_refused_and_nothing_is_written(tmp_path):
+    """A log is read once for its digest and score, and copied when the folder is written
+    (streamed, not held): the copy must be the bytes that were read."""
+    from ampcert.published.importer import read_benchmark, write_planned
+
+    (where,) = find_benchmarks(_round_copy(tmp_path) / "Dell")
+    planned = read_benchmark(where)
+    log = where.folder / "result_3.txt"
+    log.write_bytes(log.read_bytes().replace(b'"success"', b'"aborted"'))
+    with pytest.raises(UserError, match=r"result_3.txt: changed while it was imported"):
+        write_planned([planned], tmp_path / "out")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.txt"))
