@@ -8,7 +8,9 @@ command jobs (on a Ray or Slurm node, the node's own local executor does):
   (:mod:`ampcert.command`), the job started in a session (process group) of
   its own, in its ``cwd``, with ``AMPCERT_*`` variables and, on a CPU run,
   no GPU; its stdout and stderr go to ``runs/<id>/stdout.txt`` and
-  ``stderr.txt``. Telemetry samples around it from this process: RAPL, the
+  ``stderr.txt``, of which the last :data:`OUTPUT_TAIL_BYTES` each are kept
+  (on Linux, through the keeper: a job's output costs bounded disk, and the
+  end of it, which says how the job ended, is what is kept). Telemetry samples around it from this process: RAPL, the
   RSS and CPU time of the job's whole process tree, NVML on the GPUs it was
   given.
 - **events**: the MLLOG the job appends is read as it grows: run_start,
@@ -54,6 +56,9 @@ from ampcert.telemetry.host import HostSource, TreeStats, process_tree
 from ampcert.version import __version__
 
 STDOUT_NAME, STDERR_NAME = "stdout.txt", "stderr.txt"
+# The last bytes of each of the job's stdout and stderr kept in its run folder (the keeper's
+# BoundedTail: a file grows to twice this, then keeps this).
+OUTPUT_TAIL_BYTES = 8 << 20
 # Seconds between SIGTERM and SIGKILL when a job is ended.
 GRACE_S = 2.0
 # The job's keeper (a script run by a bare interpreter) and what it writes in the run's folder.
@@ -145,12 +150,14 @@ class CommandRun:
         self.started_at = now_iso()
         self.spawned = time.time()
         self.deadline = time.monotonic() + spec.timeout_s
-        out = (run_dir / STDOUT_NAME).open("wb")
-        err = (run_dir / STDERR_NAME).open("wb")
+        # Read and written: the keeper keeps their last bytes (it reads them back to move them).
+        out = (run_dir / STDOUT_NAME).open("w+b")
+        err = (run_dir / STDERR_NAME).open("w+b")
         self._files = [out, err]
         self.keeper_file = run_dir / KEEPER_NAME
         self.keeper_file.unlink(missing_ok=True)
-        keeper = [sys.executable, "-I", "-S", str(KEEPER), str(self.keeper_file), str(GRACE_S), "--"] \
+        keeper = [sys.executable, "-I", "-S", str(KEEPER), str(self.keeper_file), str(GRACE_S),
+                  str(OUTPUT_TAIL_BYTES), "--"] \
             if sys.platform == "linux" else []
         try:
             # Not under signals.deferred(): the job would inherit the blocked mask.

@@ -11,12 +11,21 @@ turn), reaps them, records them in ``STATUS`` (JSON: the job's pid, the survivor
 pids and command lines, or why the job could not start) and exits as the job did
 (its code, or its signal). ampcert marks the run failed for any survivor.
 
+The keeper also bounds what the job's output costs: the job writes into pipes, and the
+keeper copies each into its own stdout or stderr (the run folder's ``stdout.txt`` and
+``stderr.txt``, which ampcert opened for it), keeping the last ``CAP`` bytes of each. A file
+grows to twice ``CAP``, then its last ``CAP`` bytes are moved to its start; once the job is
+over, a file that lost bytes holds one line saying how many, then the last ``CAP`` bytes
+(the end of a job's output is what explains how it ended). A job that writes gigabytes of
+progress bars costs ``2 x CAP`` of disk per stream, and the keeper one ``CAP`` of memory,
+for a moment.
+
 Run as a script, with no ampcert import (its start is a bare interpreter's):
 
-    python -I -S job_keeper.py STATUS GRACE_S -- ARGV...
+    python -I -S job_keeper.py STATUS GRACE_S CAP -- ARGV...
 
-Where the kernel refuses a subreaper (not Linux), the keeper execs the job in its
-own place, as if it were not there, and says so in STATUS.
+Where the kernel refuses a subreaper, the keeper still starts the job, bounds its output
+and waits for it, but cannot find what it leaves behind, and says so in STATUS.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -93,18 +103,73 @@ def _write(path: str, status: dict) -> None:
     os.replace(tmp, path)
 
 
+class BoundedTail:
+    """The last ``cap`` bytes written to ``fd`` (a regular file open for reading and writing,
+    written from its start): see the module's doc."""
+
+    def __init__(self, fd: int, cap: int):
+        self.fd, self.cap = fd, cap
+        self.size = 0       # bytes in the file now
+        self.dropped = 0    # bytes the job wrote that are no longer in it
+
+    def write(self, data: bytes) -> None:
+        os.write(self.fd, data)
+        self.size += len(data)
+        if self.size >= 2 * self.cap:
+            self._keep(b"")
+
+    def close(self) -> None:
+        if self.dropped:
+            self._keep(f"[ampcert: the job wrote {self.dropped + self.size:,} bytes here; the first "
+                       f"{self.dropped + self.size - min(self.size, self.cap):,} are dropped, the last "
+                       f"{min(self.size, self.cap):,} kept]\n".encode())
+
+    def _keep(self, header: bytes) -> None:
+        kept = os.pread(self.fd, self.cap, max(self.size - self.cap, 0))
+        self.dropped += self.size - len(kept)
+        os.ftruncate(self.fd, 0)
+        os.lseek(self.fd, 0, os.SEEK_SET)
+        os.write(self.fd, header + kept)
+        self.size = len(kept)
+
+
+def _pump(source: int, tail: BoundedTail) -> None:
+    """Copy the pipe ``source`` into ``tail`` until every writer has closed it. Where the file
+    fails (a full disk, a file not open for reading), the rest is read and dropped: the job's
+    output is lost, never the job (a closed pipe would end it with SIGPIPE)."""
+    failed = False
+    while chunk := os.read(source, 1 << 16):
+        if failed:
+            continue
+        try:
+            tail.write(chunk)
+        except OSError:
+            failed = True
+    try:
+        if not failed:
+            tail.close()
+    except OSError:
+        pass
+    os.close(source)
+
+
 def main(argv: list[str]) -> int:
-    status_path, grace_s, sep, *command = argv
-    assert sep == "--" and command, "usage: job_keeper.py STATUS GRACE_S -- ARGV..."
+    status_path, grace_s, cap, sep, *command = argv
+    assert sep == "--" and command, "usage: job_keeper.py STATUS GRACE_S CAP -- ARGV..."
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        _write(status_path, {"subreaper": False, "why": os.strerror(ctypes.get_errno())})
-        os.execvp(command[0], command)  # the job in the keeper's place (raises if it cannot start)
+    subreaper = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    record: dict = {"subreaper": subreaper}
+    if not subreaper:
+        record["why"] = os.strerror(ctypes.get_errno())
+    # The job's stdout and stderr: pipes the keeper copies into its own (bounded, see the doc).
+    pipes = [os.pipe2(os.O_CLOEXEC) for _ in (1, 2)]
     # A pipe closed on exec tells the keeper whether the job started (its errno if not).
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     job = os.fork()
     if job == 0:
         os.close(read_end)
+        for target, (_, writer) in zip((1, 2), pipes, strict=True):
+            os.dup2(writer, target)  # the copy is inherited across exec (dup2 clears O_CLOEXEC)
         for sig in FORWARDED:
             signal.signal(sig, signal.SIG_DFL)
         try:
@@ -113,6 +178,11 @@ def main(argv: list[str]) -> int:
             os.write(write_end, str(exc.errno or 0).encode())
         os._exit(127)
     os.close(write_end)
+    pumps = []
+    for target, (reader, writer) in zip((1, 2), pipes, strict=True):
+        os.close(writer)
+        pumps.append(threading.Thread(target=_pump, args=(reader, BoundedTail(target, int(cap))), daemon=True))
+        pumps[-1].start()
     failed = os.read(read_end, 64)
     os.close(read_end)
     for sig in FORWARDED:  # the keeper is ended as the job would be: the job hears it
@@ -120,14 +190,20 @@ def main(argv: list[str]) -> int:
     status = 0
     while True:
         try:
-            pid, status = os.waitpid(-1, 0)
+            pid, status = os.waitpid(-1 if subreaper else job, 0)
         except InterruptedError:
             continue
         if pid == job:
             break
-    survivors = _end_survivors(float(grace_s))
-    record: dict = {"subreaper": True, "pid": job,
-                    "survivors": [{"pid": p, "cmdline": c} for p, c in sorted(survivors.items())]}
+    if subreaper:
+        survivors = _end_survivors(float(grace_s))
+        record.update(pid=job, survivors=[{"pid": p, "cmdline": c} for p, c in sorted(survivors.items())])
+    else:
+        record["pid"] = job
+    # The pipes close once every writer is gone: the job, and (with a subreaper) what it left.
+    # Without one, a process the job left may hold them open: its output is no longer kept.
+    for pump in pumps:
+        pump.join(timeout=float(grace_s) + 5.0)
     if failed:
         record["exec_error"] = os.strerror(int(failed))
     _write(status_path, record)

@@ -339,3 +339,31 @@ def test_inherit_env_passes_only_the_variables_it_names(tmp_path):
     assert named["AMPCERT_TEST_KEPT"] == "kept" and named["PATH"] == env["PATH"] and named["FROM_ENTRY"] == "x"
     assert named["AMPCERT_SEED"] == "0" and named["AMPCERT_PRECISION"] == "fp32"
     assert ids["all"] != ids["named"]
+
+
+def test_a_jobs_output_is_kept_as_its_last_bytes_with_a_line_saying_what_was_dropped(tmp_path):
+    """The keeper copies the job's stdout and stderr into the run's files, keeping the last CAP
+    bytes of each (OUTPUT_TAIL_BYTES in a run; a small CAP here): a job that writes without end
+    costs bounded disk, and the end of its output, where it says how it ended, is kept."""
+    from ampcert.runner.command_run import KEEPER
+
+    cap = 10_000
+    job = ("import sys\n"
+           "for i in range(20_000): sys.stdout.write(f'line {i:05d}\\n')\n"   # 220,000 bytes
+           "sys.stderr.write('small\\n'); sys.stdout.write('the end\\n')\n")
+    out, err, status = tmp_path / "stdout.txt", tmp_path / "stderr.txt", tmp_path / "keeper.json"
+    with out.open("w+b") as o, err.open("w+b") as e:
+        proc = subprocess.run([sys.executable, "-I", "-S", str(KEEPER), str(status), "1", str(cap), "--",
+                               sys.executable, "-c", job], stdout=o, stderr=e, timeout=60)
+    assert proc.returncode == 0
+    header, kept = out.read_bytes().split(b"\n", 1)
+    assert header == (b"[ampcert: the job wrote 220,008 bytes here; the first 210,008 are dropped, "
+                      b"the last 10,000 kept]")
+    assert len(kept) == cap and kept.endswith(b"line 19999\nthe end\n")
+    assert err.read_bytes() == b"small\n"  # under the cap: whole, and no line added
+    assert json.loads(status.read_text())["survivors"] == []
+    # A file the keeper cannot read back (opened write-only) loses the output past that point, never the job.
+    with out.open("wb") as o:
+        proc = subprocess.run([sys.executable, "-I", "-S", str(KEEPER), str(status), "1", str(cap), "--",
+                               sys.executable, "-c", job], stdout=o, stderr=subprocess.DEVNULL, timeout=60)
+    assert proc.returncode == 0 and out.stat().st_size >= 2 * cap
