@@ -14,9 +14,11 @@ the duration of one check. :func:`check_system_description` and
 (``<submitter>/results/<system>/<benchmark>/``) with the ruleset of its round
 (``v5.1``: training 5.1.0), as MLPerf's tools judge it: the compliance checker
 with the benchmark's full rules over each result file, the system-description
-checker, the RCP check (its scaling factor must match the published
-``scaling.json``, 1.0 without one), the result summarizer's score and the
-package checker over a package of that one system and benchmark. Compliance
+checker, the RCP check as MLPerf's RCP checker says it, then ampcert's own
+finding beside it (``scaling factor (ampcert)``: the factor the RCP checker
+computes against the published ``scaling.json``, 1.0 without one; MLPerf's
+tools do not compare them, and its review may set another), the result
+summarizer's score and the package checker over a package of that one system and benchmark. Compliance
 passes as MLPerf accepts a folder: at most one file failing (four for unet3d),
 dropped by olympic scoring. The RCP step deletes and rewrites ``scaling.json``
 and the summarizer and package checker run it too, so those steps run on
@@ -189,7 +191,10 @@ def summarize(org_folder: str | Path, benchmarks: list[str]) -> list[dict[str, A
 Status = Literal["passed", "failed", "not run"]
 COMPLIANCE, SYSTEM, RCP, SUMMARIZER, PACKAGE = (
     "compliance", "system description", "rcp", "summarizer", "package")
-CHECKS = (COMPLIANCE, SYSTEM, RCP, SUMMARIZER, PACKAGE)
+# ampcert's own finding, not one of MLPerf's checks: the scaling factor the RCP checker
+# computes against the one published (MLPerf's RCP check passes either way).
+SCALING = "scaling factor (ampcert)"
+CHECKS = (COMPLIANCE, SYSTEM, RCP, SCALING, SUMMARIZER, PACKAGE)
 _ROUND = re.compile(r"(?:training_results_)?v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -473,7 +478,8 @@ def _system(path: Path, ruleset: str) -> Check:
     return Check(name=SYSTEM, status="passed", detail=f"systems/{path.name} passes training {ruleset}")
 
 
-def _rcp(copy: Path, ruleset: str, benchmark: str, published: float | None) -> tuple[Check, float | None]:
+def _rcp(copy: Path, ruleset: str, benchmark: str) -> tuple[Check, float | None]:
+    """MLPerf's RCP check, as its checker says it (and the scaling factor it writes)."""
     from mlperf_logging.rcp_checker import rcp_checker
 
     if not (Path(rcp_checker.__file__).parent / f"{RULESET}_{ruleset}" / f"rcps_{benchmark}.json").is_file():
@@ -487,11 +493,23 @@ def _rcp(copy: Path, ruleset: str, benchmark: str, published: float | None) -> t
         return Check(name=RCP, status="failed", detail=_flat(msg), warnings=said), None
     written = copy / "scaling.json"
     factor = float(json.loads(written.read_text())["scaling_factor"]) if written.exists() else 1.0
-    shown = "unreadable" if published is None else f"{published:.6g}"
-    detail = f"{_flat(msg)}: scaling factor {factor:.6g} (published {shown})"
-    if published is not None and not math.isclose(factor, published, rel_tol=1e-6):
-        return Check(name=RCP, status="failed", detail=f"{detail} differ", warnings=said), factor
-    return Check(name=RCP, status="passed", detail=detail, warnings=said), factor
+    return Check(name=RCP, status="passed", detail=f"{_flat(msg)}: scaling factor {factor:.6g}", warnings=said), factor
+
+
+def _scaling(rcp: Check, factor: float | None, published: float | None, unreadable: str) -> Check:
+    """ampcert's finding beside MLPerf's RCP check: does the published ``scaling.json`` hold
+    the factor the RCP checker computes? (MLPerf's review may set another, and its summarizer
+    scores with the published one; MLPerf's own checks do not compare them.)"""
+    if factor is None:
+        why = "MLPerf's RCP check did not pass" if rcp.status == "failed" else rcp.detail
+        return Check(name=SCALING, status="not run", detail=f"no factor to compare: {why}")
+    if published is None:
+        return Check(name=SCALING, status="not run", detail=unreadable)
+    detail = (f"ampcert's recomputation: the RCP checker's scaling factor {factor:.6g}, "
+              f"published {published:.6g} (scaling.json, 1 without one)")
+    if not math.isclose(factor, published, rel_tol=1e-6):
+        return Check(name=SCALING, status="failed", detail=f"{detail}: they differ")
+    return Check(name=SCALING, status="passed", detail=f"{detail}: the same")
 
 
 def _summarizer(org: Path, system: str, benchmark: str, ruleset: str) -> tuple[Check, float | None]:
@@ -582,10 +600,10 @@ def reverify(folder: str | Path, round: str | None = None) -> Reverification:
             shutil.copytree(folder, copy)
 
             def rcp() -> Check:
-                check, found["rcp_scaling_factor"] = _rcp(copy, ruleset, benchmark, published)
+                check, found["rcp_scaling_factor"] = _rcp(copy, ruleset, benchmark)
                 return check
-            check = _relocated(_guard(RCP, rcp), copy, real)
-            checks.append(check.model_copy(update={"warnings": check.warnings + [unreadable]}) if unreadable else check)
+            checks.append(_relocated(_guard(RCP, rcp), copy, real))
+        checks.append(_scaling(checks[-1], found.get("rcp_scaling_factor"), published, unreadable))
         if not desc.is_file():
             checks += [Check(name=n, status="not run", detail=f"no systems/{system}.json") for n in (SUMMARIZER, PACKAGE)]
         else:

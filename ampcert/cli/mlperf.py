@@ -55,7 +55,8 @@ def import_mlperf(
     `ampcert plan OUT --training-runs N`.
 
     Each folder is re-verified with MLPerf's own tools for the round's ruleset (compliance, system description,
-    RCP against scaling.json, summarizer, package checker), on copies. Exit 0 when imported, scored and none of
+    RCP, summarizer, package checker), on copies, and ampcert recomputes the RCP scaling factor against
+    scaling.json (its own finding, beside MLPerf's RCP verdict). Exit 0 when imported, scored and none of
     them failed (a round they have no ruleset for is "not run", with the reason), 1 when one rejects a folder or
     a folder gets no score (it is still imported, with the verdicts and the reason), 2 on bad input (nothing
     written)."""

@@ -406,8 +406,8 @@ def print_imported(console: Console, done) -> None:
                 for error in file.errors if not file.ok else []:
                     line(console, f"{folder}/logs/{file.file}: {check.name}: {error}")
     if done.records and not done.ok:
-        line(console, f"MLPerf's checkers rejected {sum(bool(r.rejected) for r in done.records)} of "
-                      f"{len(done.records)} imported folder(s) (imported with their verdicts)")
+        line(console, f"rejected {sum(bool(r.rejected) for r in done.records)} of {len(done.records)} imported "
+                      "folder(s), by MLPerf's checks or ampcert's findings (imported with their verdicts)")
 
 
 def print_systems(console: Console, done) -> None:

@@ -127,7 +127,7 @@ class PublishedBenchmark(_Model):
 
     @property
     def rejected(self) -> list[str]:
-        """The MLPerf checks that failed, each as ``name: detail``."""
+        """The checks that failed (MLPerf's, and ampcert's findings beside them), each as ``name: detail``."""
         return [f"{c.name}: {c.detail}" for c in self.reverification.checks if c.status == "failed"]
 
 

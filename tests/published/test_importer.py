@@ -281,7 +281,7 @@ def test_mlperfs_own_checkers_judge_each_folder_for_its_rounds_ruleset(imported)
         checked = load_published(out / submitter / system / "llama2_70b_lora").reverification
         assert [(c.name, c.status) for c in checked.checks] == [
             ("compliance", "passed"), ("system description", "passed"), ("rcp", "passed"),
-            ("summarizer", "passed"), ("package", "passed")], submitter
+            ("scaling factor (ampcert)", "passed"), ("summarizer", "passed"), ("package", "passed")], submitter
         assert checked.summarizer_minutes == load_published(out / submitter / system / "llama2_70b_lora").score.score_minutes
         assert checked.rcp_scaling_factor == checked.published_scaling_factor
         assert not checked.folder.startswith("/") and str(ROUND) not in json.dumps(checked.model_dump())
@@ -290,16 +290,20 @@ def test_mlperfs_own_checkers_judge_each_folder_for_its_rounds_ruleset(imported)
     assert bad.file == "result_0.txt" and any("'run_stop'" in e for e in bad.errors)
 
 
-def test_a_scaling_json_that_disagrees_with_the_rcp_check_is_recorded_and_exits_1(tmp_path):
+def test_a_scaling_json_that_disagrees_with_the_rcp_checker_is_ampcerts_finding_beside_mlperfs_pass(tmp_path):
+    """MLPerf's RCP checker passes the runs whatever scaling.json says (its review may set the
+    factor): the RCP line is its verdict; the disagreement is ampcert's own finding, and exits 1."""
     copy = _round_copy(tmp_path)
     folder = copy / "AMD" / "results" / SYSTEMS["AMD"] / "llama2_70b_lora"
     (folder / "scaling.json").write_text(json.dumps({"scaling_factor": 1.5}))
     proc = warm_cli("import", "mlperf", folder, "--out", tmp_path / "out")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "rcp failed" in proc.stdout and "rejected 1 of 1 imported folder(s)" in proc.stdout
+    assert "rcp passed, scaling factor (ampcert) failed" in proc.stdout
+    assert "scaling factor (ampcert) failed: ampcert's recomputation: the RCP checker's scaling factor 1.00337, " \
+        "published 1.5" in proc.stdout and "rejected 1 of 1 imported folder(s)" in proc.stdout
     rec = load_published(tmp_path / "out" / "AMD" / SYSTEMS["AMD"] / "llama2_70b_lora")
-    assert rec.reverification.check("rcp").status == "failed" and rec.reverification.published_scaling_factor == 1.5
-    assert rec.score.scaling_factor == 1.5 and rec.rejected[0].startswith("rcp: ")
+    assert rec.reverification.check("rcp").status == "passed" and rec.reverification.published_scaling_factor == 1.5
+    assert rec.score.scaling_factor == 1.5 and rec.rejected[0].startswith("scaling factor (ampcert): ")
 
 
 def _power_benchmark(tmp_path: Path) -> Path:
