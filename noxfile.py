@@ -4,7 +4,8 @@
 - `jax_current`, `jax_oldest`: ampcert.amp.jax on JAX 0.12 (Python 3.12) and 0.10 (Python 3.11),
   each in a venv without torch; on the newest, the harness without torch too (`.ci/run` runs
   jax_current; the test command's venv has JAX 0.10, with torch).
-- `torch_current`: the torch AMP tests, the audit and a tiny suite on torch 2.14.1 (~5.5 GB venv).
+- `torch_oldest`, `torch_current`, `torch_newest`: the torch AMP tests, the audit and a tiny suite on torch
+  2.11.0, 2.14.1 and 2.15.0, the supported range's ends and the newest on this disk (CUDA builds, ~5 GB venvs).
 - `slow`: the long forms of tests that CI shortens (suites/fp8.yaml trained as shipped);
 - `gpu`: the gpu-marked tests on a CUDA machine; `browser`: report.html in headless Chromium;
   `slurm`: `--executor slurm` on a real single-node Slurm (Debian's daemons, started as root);
@@ -90,25 +91,48 @@ workloads:
 """
 
 
-@nox.session(python="3.11")  # the 2.14.1 wheel on disk is cp311
-def torch_current(session: nox.Session) -> None:
-    """The torch side on torch 2.14.1: the AMP tests, `ampcert audit --device cpu` (the
+def _torch_version_session(session: nox.Session, requirement: str) -> None:
+    """The torch side on one torch release: the AMP tests, `ampcert audit --device cpu` (the
     shipped torch-cpu policy against this torch's autocast, op by op; exit 1 on any
-    disagreement) and one tiny suite through `ampcert run`. Not a default session
-    (the venv is ~5.5 GB); `nox -r -s torch_current` reuses it."""
+    disagreement) and one tiny suite through `ampcert run`."""
     import pathlib
     import shutil
 
-    session.install(CURRENT_TORCH, "-e", ".[dev]")
+    version = requirement.split("==")[1]
+    session.install(requirement, "-e", ".[dev]")
     session.run("python", "-c", "import torch, sys; print('torch', torch.__version__); "
-                "sys.exit(not torch.__version__.startswith('2.14.1'))")
-    session.run("pytest", "-q", *TORCH_AMP_TESTS, *session.posargs)
+                f"sys.exit(not torch.__version__.startswith({version!r}))")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *TORCH_AMP_TESTS, *session.posargs)
     session.run("ampcert", "audit", "--device", "cpu")
     tmp = pathlib.Path(session.create_tmp())
     suite, out = tmp / "torch-current.yaml", tmp / "torch-current-results"
     suite.write_text(TINY_AMPCERT_SUITE)
     shutil.rmtree(out, ignore_errors=True)
     session.run("ampcert", "run", str(suite), "--out", str(out))
+
+
+@nox.session(python="3.11")  # the 2.14.1 wheel on disk is cp311
+def torch_current(session: nox.Session) -> None:
+    """The torch side on torch 2.14.1 (_torch_version_session). Not a default session (the
+    venv is ~5.5 GB); `nox -r -s torch_current` reuses it."""
+    _torch_version_session(session, CURRENT_TORCH)
+
+
+# The ends of the supported range (pyproject's torch extra): CUDA builds from PyPI, several GB
+# each (a download on the first run; `nox -r` reuses the venv), run on the CPU here.
+OLDEST_TORCH, NEWEST_TORCH = "torch==2.11.0", "torch==2.15.0"
+
+
+@nox.session(python="3.11")
+def torch_oldest(session: nox.Session) -> None:
+    """The torch side on the oldest supported torch, 2.11.0 (_torch_version_session)."""
+    _torch_version_session(session, OLDEST_TORCH)
+
+
+@nox.session(python="3.11")
+def torch_newest(session: nox.Session) -> None:
+    """The torch side on the newest supported torch, 2.15.0 (_torch_version_session)."""
+    _torch_version_session(session, NEWEST_TORCH)
 
 
 @nox.session

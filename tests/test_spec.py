@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from conftest import REPO
 
 from ampcert.errors import UserError
 from ampcert.spec import MemorySweep, apply_capabilities, expand, load_suite, parse_suite
@@ -256,3 +259,21 @@ def test_unaccelerated_cap_leaves_memory_sweep_runs_their_steps():
     assert capped[0].train.steps == 1 and "capped at 1" in capped[0].capability_note
     assert [r.train.steps for r in swept] == [4, 4, 4]
     assert all("memory-sweep run is not capped" in r.capability_note for r in swept)
+
+
+def test_a_framework_release_outside_the_tested_range_is_one_line_unless_allowed(tmp_path):
+    """Installing ampcert never replaces a team's torch (the extra admits the tested range); a
+    release outside it is named, with the range, before anything is planned or written."""
+    from conftest import TESTS, assert_one_line_error, run_cli
+
+    fake = tmp_path / "site" / "torch-2.16.0.dist-info"  # found before the real torch's metadata
+    fake.mkdir(parents=True)
+    (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.16.0\n")
+    path = os.pathsep.join([str(tmp_path / "site"), str(TESTS), str(REPO)])
+    proc = run_cli("run", REPO / "suites" / "smoke.yaml", "--dry-run", cwd=tmp_path, env={"PYTHONPATH": path})
+    assert_one_line_error(proc, "torch 2.16.0 is installed; ampcert supports torch>=2.11,<2.16",
+                          "AMPCERT_ALLOW_UNSUPPORTED=1")
+    allowed = run_cli("run", REPO / "suites" / "smoke.yaml", "--dry-run", cwd=tmp_path,
+                      env={"PYTHONPATH": path, "AMPCERT_ALLOW_UNSUPPORTED": "1"})
+    assert allowed.returncode == 0 and "suite smoke: 24 runs" in allowed.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]  # nothing written either way
