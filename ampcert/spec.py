@@ -705,6 +705,37 @@ def require_backend(backend: str, where: str) -> None:
         raise UserError(f"{where}: {why}; or set {ALLOW_UNSUPPORTED_ENV}=1 to train on it untested")
 
 
+def installed_release(dist: str) -> tuple[int, int] | None:
+    """(major, minor) of the installed distribution ``dist``, read without importing it; None
+    where it is not installed."""
+    from importlib import metadata
+
+    from ampcert.amp.torch_support import release
+
+    try:
+        return release(metadata.version(dist))
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+
+
+def _check_compile_scope(suite: Suite, source: str) -> None:
+    """A whole step compiled (``torch_compile: {scope: step}``) enters ampcert's autocast
+    region inside the compiled function, which the torch installed may not trace
+    (amp/torch_support.py): one line now, not a failed or eager run later."""
+    if suite.backend != "torch" or suite.amp != "ampcert" or suite.torch_compile.scope != "step":
+        return
+    if not any(True in (entry.compile or suite.compile) for entry in suite.workloads if entry.command is None):
+        return
+    from ampcert.amp.torch_support import REGION_IN_TRACE_MIN
+
+    have = installed_release("torch")
+    if have is not None and have < REGION_IN_TRACE_MIN:
+        need = ".".join(map(str, REGION_IN_TRACE_MIN))
+        raise UserError(f"{source}: torch_compile: scope step compiles ampcert's autocast region inside the step, "
+                        f"which needs torch {need} or newer (this is torch {'.'.join(map(str, have))}): use scope "
+                        f"forward (the region around the compiled forward), or upgrade torch to {need}+")
+
+
 def parse_suite(data: Any, source: str = "<suite>") -> Suite:
     if not isinstance(data, dict):
         raise UserError(f"{source}: expected a mapping of suite fields at the top level")
@@ -716,6 +747,7 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
     # would otherwise fail with a less useful "does not import".
     if any(entry.command is None for entry in suite.workloads):  # a command job brings its own
         require_backend(suite.backend, source)
+        _check_compile_scope(suite, source)
     from ampcert.workloads import registry
 
     for i, entry in enumerate(suite.workloads):

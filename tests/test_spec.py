@@ -277,3 +277,22 @@ def test_a_framework_release_outside_the_tested_range_is_one_line_unless_allowed
                       env={"PYTHONPATH": path, "AMPCERT_ALLOW_UNSUPPORTED": "1"})
     assert allowed.returncode == 0 and "suite smoke: 24 runs" in allowed.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]  # nothing written either way
+
+
+def test_a_whole_step_compiled_on_a_torch_that_cannot_trace_the_region_is_one_line(tmp_path):
+    """torch 2.11's Dynamo does not trace ampcert's region entered inside a compiled step
+    (amp/torch_support.py): planning says so, naming the release and what to change."""
+    from conftest import TESTS, assert_one_line_error, run_cli
+
+    fake = tmp_path / "site" / "torch-2.11.0+cu130.dist-info"
+    fake.mkdir(parents=True)
+    (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu130\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(TESTS), str(REPO)])}
+    suite = tmp_path / "step.yaml"
+    suite.write_text("name: step\namp: ampcert\nprecisions: [fp32, bf16]\nseeds: [0]\ncompile: [true]\n"
+                     "torch_compile: {scope: step}\nworkloads: [{workload: digits, train: {steps: 4, eval_every: 2}}]\n")
+    proc = run_cli("run", suite, "--dry-run", cwd=tmp_path, env=env)
+    assert_one_line_error(proc, "scope step compiles ampcert's autocast region inside the step",
+                          "needs torch 2.13 or newer (this is torch 2.11)", "use scope forward")
+    suite.write_text(suite.read_text().replace("scope: step", "scope: forward"))
+    assert run_cli("run", suite, "--dry-run", cwd=tmp_path, env=env).returncode == 0

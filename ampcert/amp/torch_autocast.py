@@ -112,6 +112,7 @@ from .torch_ops import (
 )
 from .torch_rnn import RNN_OPS
 from .torch_rnn import decompose as decompose_rnn
+from .torch_support import REGION_IN_TRACE_MIN
 
 __all__ = [
     "BCE_BANNED_MESSAGE",
@@ -404,6 +405,16 @@ def _prepare(policy: str) -> bool:
 # ---------------------------------------------------------------------------
 # public context manager
 # ---------------------------------------------------------------------------
+# A region inside a compiled function, on a torch whose Dynamo cannot trace its entry
+# (torch_support.REGION_IN_TRACE_MIN): raised while tracing, before any state is touched, so
+# Dynamo runs the frame eagerly (a graph break) or, with fullgraph=True, fails naming this.
+_REGION_UNTRACEABLE = torch_version() < REGION_IN_TRACE_MIN
+REGION_IN_TRACE_NEEDS = (
+    f"ampcert.autocast entered inside a torch.compile'd function needs torch "
+    f"{'.'.join(map(str, REGION_IN_TRACE_MIN))} or newer (this is {torch.__version__}, whose Dynamo cannot "
+    "trace the region's entry): enter the region around the compiled call, or upgrade torch")
+
+
 class autocast:
     """Context manager / decorator mirroring ``torch.autocast`` with a YAML op policy.
 
@@ -460,6 +471,8 @@ class autocast:
                 f"policy={self.policy.name!r}, enabled={self.enabled}, cache_enabled={self.cache_enabled})")
 
     def __enter__(self) -> autocast:
+        if _REGION_UNTRACEABLE and _compiling():
+            raise RuntimeError(REGION_IN_TRACE_NEEDS)
         st = _STATE
         key = _region_key(self.device_type, self.fast_dtype, self.policy.effective_sha256, self.enabled,
                           self.cache_enabled)

@@ -61,7 +61,8 @@ from .policy import FAMILIES, OpPolicy, shipped_policy
 from .torch_autocast_families import HANDLERS, Family, Region, dtype_slot, fixed_target
 from .torch_autocast_state import STATE, kernel_cast_args
 from .torch_autocast_tracing import compiling as is_compiling
-from .torch_ops import op_in_torch
+from .torch_ops import op_in_torch, torch_version
+from .torch_support import release
 
 __all__ = ["KERNELS", "KNOWN_DIVERGENCES", "NATIVE_REFERENCE", "REFERENCE_FILE", "Kernels", "Overrides", "close_region",
            "kernels_for", "open_region", "read_reference", "serial_of"]
@@ -74,12 +75,16 @@ def read_reference() -> tuple[dict[str, dict[str, tuple[str, ...]]], dict[str, d
     data = read_data(REFERENCE_FILE)
     where = DATA_DIR / REFERENCE_FILE
     try:
-        native = {dev: {fam: tuple(ops) for fam, ops in fams.items()}
+        # An op native lists only from a later release than the installed one is left out.
+        later = {dev: {op for op, first in ops.items() if torch_version() < release(str(first))}
+                 for dev, ops in (data.get("native_from") or {}).items()}
+        native = {dev: {fam: tuple(op for op in ops if op not in later.get(dev, ())) for fam, ops in fams.items()}
                   for dev, fams in data["native_reference"].items()}
         known = {dev: dict(ops) for dev, ops in data["known_divergences"].items()}
-    except (TypeError, KeyError, AttributeError) as exc:
-        raise SampleError(f"{where}: expected native_reference: {{device: {{family: [op, ...]}}}} and "
-                          f"known_divergences: {{device: {{op: why}}}}, got {type(exc).__name__}: {exc}") from None
+    except (TypeError, KeyError, AttributeError, ValueError) as exc:
+        raise SampleError(f"{where}: expected native_reference: {{device: {{family: [op, ...]}}}}, "
+                          "native_from: {device: {op: \"major.minor\"}} and known_divergences: "
+                          f"{{device: {{op: why}}}}, got {type(exc).__name__}: {exc}") from None
     for dev, fams in native.items():
         if set(fams) != set(FAMILIES) or not all(isinstance(op, str) for ops in fams.values() for op in ops):
             raise SampleError(f"{where}: native_reference.{dev}: expected op-name lists for the families "

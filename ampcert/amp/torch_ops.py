@@ -16,13 +16,14 @@ one-line error there), and the autocast engine imports both.
 from __future__ import annotations
 
 import functools
-import itertools
 import threading
 import types
 from collections.abc import Iterator
 from typing import Any
 
 import torch
+
+from .torch_support import release
 
 __all__ = [
     "OP_TORCH_VERSIONS",
@@ -70,9 +71,7 @@ OP_TORCH_VERSIONS: dict[str, tuple[tuple[int, int] | None, tuple[int, int] | Non
 
 def torch_version(version: str | None = None) -> tuple[int, int]:
     """(major, minor) of ``version`` (default: the installed torch's ``__version__``)."""
-    text = torch.__version__ if version is None else version
-    major, minor = str(text).split("+", 1)[0].split(".")[:2]
-    return int(major), int("".join(itertools.takewhile(str.isdigit, minor)) or 0)
+    return release(str(torch.__version__ if version is None else version))
 
 
 def op_in_torch(op: str, version: tuple[int, int] | None = None) -> bool:

@@ -23,7 +23,9 @@ from torch._dynamo.utils import counters
 from ampcert.amp import policy as policy_module
 from ampcert.amp import torch_autocast, torch_autocast_kernels, torch_scaler_step
 from ampcert.amp.torch_autocast import autocast
+from ampcert.amp.torch_ops import torch_version
 from ampcert.amp.torch_scaler import DynamicLossScaler
+from ampcert.amp.torch_support import REGION_IN_TRACE_MIN
 from ampcert.workloads import registry
 
 WORKLOADS = {
@@ -203,6 +205,9 @@ def _whole_step(workload: str, engine: str, sync_free: bool = True, steps: int =
     overflow. Returns the graph breaks, the graph
     count after each compiled step, whether the overflowing step left the parameters and
     the optimizer's state as they were, bit for bit, and the scaler."""
+    if engine == "ampcert" and torch_version() < REGION_IN_TRACE_MIN:
+        pytest.skip(f"a region inside a compiled step needs torch {'.'.join(map(str, REGION_IN_TRACE_MIN))}+ (amp/torch_support.py); "
+                    "the harness refuses `scope: step` here")
     torch.manual_seed(0)
     task, x, y = _task(workload)
     model, opt = task.model, task.make_optimizer(task.model.parameters())
@@ -377,7 +382,11 @@ def test_a_trace_that_fails_inside_the_region_leaves_no_region_open():
         return y
 
     torch._dynamo.reset()
-    with pytest.raises(Exception, match="graph_break|Graph break|graph break"):
+    # Where Dynamo cannot trace a region's entry (torch 2.11: amp/torch_support.py), the trace
+    # fails before the region opens, on the policy passed in or on ampcert's refusal.
+    fails = "graph_break|Graph break|graph break" if torch_version() >= REGION_IN_TRACE_MIN else \
+        "frozen dataclass|Observed exception"
+    with pytest.raises(Exception, match=fails):
         torch.compile(f, backend="aot_eager", fullgraph=True)(torch.randn(2, 4), torch.randn(3, 4))
     state = torch_autocast._STATE
     assert state.stack == [] and state.kernel_regions == {} and state.trace_base is None
