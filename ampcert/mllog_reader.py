@@ -73,7 +73,15 @@ Use
 >>> hit and (hit.samples_count, log.seconds_at(hit))  # doctest: +SKIP
 
 :func:`read` (or :func:`parse` over lines, :func:`read_text` over a text) gives
-the events, :func:`summarize` what they say; :func:`read_training_log` is both.
+the events, :func:`summarize` what they say; :func:`read_training_log` is both,
+streamed: a file is read in one pass, in pieces of at most :data:`MAX_LINE`
+bytes, and only what the summary reports is kept (its evaluations, the
+first :data:`MAX_POINT_KEYS` point keys), so a log of any size is read in
+bounded memory (``benchmarks/log_memory.py``: a 200 MB log in ~20 MB).
+:func:`scan` is the same pass with the file's sha256 and size, for callers
+that keep a log and its digest (the MLPerf import). Files are opened as
+untrusted input: regular files only, never through a link
+(:mod:`ampcert.regular_files`).
 
 This module reads only; it imports nothing but the standard library,
 :mod:`ampcert.errors` and the key names of :mod:`ampcert.mllog`.

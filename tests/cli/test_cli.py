@@ -64,8 +64,8 @@ def test_dry_run_prints_the_matrix_and_writes_nothing(tmp_path):
     before = snapshot(REPO / "reports")
     proc = warm_cli("run", REPO / "suites" / "smoke.yaml", "--dry-run", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    # 2 workloads x 2 precisions x 3 seeds, and a repeat of seed 0 each (the default rule pack's)
-    assert "suite smoke: 16 runs on" in proc.stdout
+    # 2 workloads x 2 precisions x 5 seeds, and a repeat of seed 0 each (the default rule pack's)
+    assert "suite smoke: 24 runs on" in proc.stdout
     for precision in ("fp32", "bf16"):
         for workload in ("resnet", "gpt"):
             assert f"{workload}-{precision}-native-s0-" in proc.stdout
