@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 
 import pytest
-from conftest import REPO, assert_one_line_error, snapshot
+from conftest import REPO, assert_one_line_error, cli_env, snapshot
 from factories import warm_cli
 
 
@@ -171,3 +174,28 @@ def test_mistyped_names_and_fields_name_what_was_meant(write_suite, text, fragme
     proc = warm_cli("run", write_suite("name: t\n" + text + "workloads: [{workload: digits}]\n"), "--dry-run")
     assert_one_line_error(proc, *fragments)
     assert str(config_path()) not in proc.stderr and "Input should" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("triton", [True, False])
+def test_with_triton_loaded_the_process_ends_without_teardown_and_keeps_its_exit_code(tmp_path, triton):
+    """torch's CUDA builds load triton with Dynamo; its nanobind bindings print ~20 'leaked'
+    lines when the interpreter finalizes them, after a command's last line (torch 2.15). With
+    triton loaded, ampcert ends after its exit hooks, skipping the teardown (here: an object
+    that speaks when finalized), and exits with the command's code all the same."""
+    script = textwrap.dedent(f"""\
+        import sys, types
+        class Speaks:
+            def __del__(self):
+                print("teardown ran", flush=True)
+        sys.modules["leaky"] = leaky = types.ModuleType("leaky")
+        leaky.obj = Speaks()
+        if {triton}:
+            sys.modules["triton"] = types.ModuleType("triton")
+        sys.argv = ["ampcert", "show", "suite", "no-such-suite"]
+        from ampcert.cli import main
+        main()
+        """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                          env=cli_env(), timeout=120)
+    assert proc.returncode == 2 and "ampcert: error:" in proc.stderr
+    assert ("teardown ran" in proc.stdout) is (not triton)
