@@ -99,7 +99,7 @@ from .torch_autocast_state import STATE as _STATE
 from .torch_autocast_state import State as _State
 from .torch_autocast_state import cast_arg as _cast_arg
 from .torch_autocast_state import cast_eligible as _cast_eligible
-from .torch_autocast_tracing import Tracing, never_compiled_alone
+from .torch_autocast_tracing import Tracing, never_compiled_alone, refuse_untraceable_region
 from .torch_autocast_tracing import compiling as _compiling
 from .torch_ops import (
     _NAME_CACHE,
@@ -112,7 +112,6 @@ from .torch_ops import (
 )
 from .torch_rnn import RNN_OPS
 from .torch_rnn import decompose as decompose_rnn
-from .torch_support import REGION_IN_TRACE_MIN
 
 __all__ = [
     "BCE_BANNED_MESSAGE",
@@ -405,16 +404,6 @@ def _prepare(policy: str) -> bool:
 # ---------------------------------------------------------------------------
 # public context manager
 # ---------------------------------------------------------------------------
-# A region inside a compiled function, on a torch whose Dynamo cannot trace its entry
-# (torch_support.REGION_IN_TRACE_MIN): raised while tracing, before any state is touched, so
-# Dynamo runs the frame eagerly (a graph break) or, with fullgraph=True, fails naming this.
-_REGION_UNTRACEABLE = torch_version() < REGION_IN_TRACE_MIN
-REGION_IN_TRACE_NEEDS = (
-    f"ampcert.autocast entered inside a torch.compile'd function needs torch "
-    f"{'.'.join(map(str, REGION_IN_TRACE_MIN))} or newer (this is {torch.__version__}, whose Dynamo cannot "
-    "trace the region's entry): enter the region around the compiled call, or upgrade torch")
-
-
 class autocast:
     """Context manager / decorator mirroring ``torch.autocast`` with a YAML op policy.
 
@@ -471,8 +460,7 @@ class autocast:
                 f"policy={self.policy.name!r}, enabled={self.enabled}, cache_enabled={self.cache_enabled})")
 
     def __enter__(self) -> autocast:
-        if _REGION_UNTRACEABLE and _compiling():
-            raise RuntimeError(REGION_IN_TRACE_NEEDS)
+        refuse_untraceable_region()
         st = _STATE
         key = _region_key(self.device_type, self.fast_dtype, self.policy.effective_sha256, self.enabled,
                           self.cache_enabled)

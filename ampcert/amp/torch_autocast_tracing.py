@@ -52,11 +52,28 @@ import torch
 
 from .policy import OpPolicy
 from .torch_ops import canonical_op_name, public_callables
+from .torch_support import REGION_IN_TRACE_MIN, release
 
-__all__ = ["Tracing", "compiling", "never_compiled_alone"]
+__all__ = ["Tracing", "compiling", "never_compiled_alone", "refuse_untraceable_region"]
 
 #: True while Dynamo traces (a constant inside the trace), False eagerly.
 compiling: Callable[[], bool] = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+# A region entered inside a compiled function, on a torch whose Dynamo cannot trace its entry
+# (torch_support.REGION_IN_TRACE_MIN; torch 2.11): refused while tracing, before any state is
+# touched, so Dynamo runs the frame eagerly (a graph break), or with fullgraph=True fails
+# naming this. None where the installed torch traces it.
+_UNTRACEABLE_REGION = None if release(torch.__version__) >= REGION_IN_TRACE_MIN else (
+    f"ampcert.autocast entered inside a torch.compile'd function needs torch "
+    f"{'.'.join(map(str, REGION_IN_TRACE_MIN))} or newer (this is {torch.__version__}, whose Dynamo cannot "
+    "trace the region's entry): enter the region around the compiled call, or upgrade torch")
+
+
+def refuse_untraceable_region() -> None:
+    """Raise RuntimeError where Dynamo is tracing a region's entry it cannot trace."""
+    if _UNTRACEABLE_REGION is not None and compiling():
+        raise RuntimeError(_UNTRACEABLE_REGION)
+
 
 _HTF_NAMES = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")
 _NO_REENTER_MODULES = ("torch.autograd", "torch.utils", "torch._dynamo", "torch.distributed",

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import atexit
 import gc
-import logging
-import os
 import signal
 import sys
 from pathlib import Path
@@ -48,6 +46,7 @@ from ampcert.cli.options import (
     output_of,
     usage_line,
 )
+from ampcert.cli.process_exit import ending_without_triton_teardown
 from ampcert.console import Output
 from ampcert.errors import BadArgument, Interrupted, UserError, WriteFailed, one_line
 
@@ -532,9 +531,11 @@ def plan_cmd(
 # --------------------------------------------------------------------------- errors
 
 def main() -> None:
-    # First, so it runs last: see _skip_teardown_with_triton.
-    atexit.unregister(_skip_teardown_with_triton)
-    atexit.register(_skip_teardown_with_triton)
+    with ending_without_triton_teardown():
+        _main()
+
+
+def _main() -> None:
     # At exit the interpreter collects every object torch, pandas and matplotlib made:
     # seconds of CPU after the last line, for memory the process is about to give back.
     # Frozen objects are skipped; atexit handlers and finalizers still run. (At exit, not
@@ -544,43 +545,10 @@ def main() -> None:
     out = Output.make()  # this invocation's consoles; the commands set its JSON options
     # The one signal policy over the whole invocation, parsing and printing included; once
     # the exit code is known, a signal ends the process at once with the same one line.
-    try:
-        with session.interruptible():
-            code = _invoke(out)
-            session.closing()
-        sys.exit(code)
-    except SystemExit as exc:  # every exit, _interrupted's included
-        _EXIT_CODE[0] = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        raise
-    except KeyboardInterrupt:
-        _EXIT_CODE[0] = 128 + signal.SIGINT
-        raise
-    except BaseException:  # a traceback: the interpreter exits 1 once it is printed
-        _EXIT_CODE[0] = 1
-        raise
-
-
-# The code main() exits with, for _skip_teardown_with_triton (an exit hook has no other way to it).
-_EXIT_CODE = [0]
-
-
-def _skip_teardown_with_triton() -> None:
-    """The last exit hook: where triton was loaded (torch's CUDA builds load it with Dynamo,
-    which ampcert's autocast and the audit import), end the process without the
-    interpreter's teardown, once the streams and logging are flushed. Every other exit hook
-    has run; what is skipped is the finalization of modules, where triton's nanobind
-    bindings report their objects as leaked (about twenty lines of `nanobind: leaked ...`
-    after the last line of a command, on torch 2.15). ampcert's own files are closed, and
-    fsynced, when written."""
-    if "triton" not in sys.modules:
-        return
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
-    os._exit(_EXIT_CODE[0])
+    with session.interruptible():
+        code = _invoke(out)
+        session.closing()
+    sys.exit(code)
 
 
 def _invoke(out: Output) -> int:

@@ -303,15 +303,16 @@ def read_benchmark(where: BenchmarkFolder) -> Planned:
     """Everything one benchmark folder's import writes, read and checked (nothing written)."""
     _only_regular_files(where)
     fingerprint = read_system(where.system_file)
-    files: dict[str, bytes] = {"system.json": read_regular_file(where.system_file)}
+    files: dict[str, bytes | Copied] = {"system.json": read_regular_file(where.system_file)}
     results = result_files(where.folder)
     # Each log read once, streamed: its digest, its status, the score and the energy come from the
     # same bytes, in memory bounded by what the log says, not by its size.
     scanned = {path: scan(path, in_order=False, source=path.name) for path in results}
     files.update({f"logs/{path.name}": Copied(path, read.sha256, read.size) for path, read in scanned.items()})
     scaling = where.folder / "scaling.json"
-    if scaling.is_file():
-        files["scaling.json"] = read_regular_file(scaling)
+    scaling_json = read_regular_file(scaling) if scaling.is_file() else None
+    if scaling_json is not None:
+        files["scaling.json"] = scaling_json
     # The power logs the energy figures come from, kept and digested as the result logs are.
     power = {path.relative_to(where.folder).as_posix(): read_regular_file(path)
              for path in sorted((where.folder / "power").rglob("*.txt")) if path.is_file()}
@@ -332,7 +333,7 @@ def read_benchmark(where: BenchmarkFolder) -> Planned:
         logs=[_log(where, scanned[path], run, log) for path, (run, log) in zip(results, timed, strict=True)],
         power_logs=[PowerLog(file=name, sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
                     for name, data in power.items()],
-        scaling_json_sha256=hashlib.sha256(files["scaling.json"]).hexdigest() if "scaling.json" in files else None,
+        scaling_json_sha256=hashlib.sha256(scaling_json).hexdigest() if scaling_json is not None else None,
         score=score, energy=energy_benchmark(where.folder, where.benchmark, timed=timed, power_logs=power),
         reverification=Reverification.model_validate(checked))
     files[PUBLISHED_FILE] = (record.model_dump_json(indent=1) + "\n").encode()
