@@ -566,6 +566,8 @@ def _intervals(marks: list[tuple[str, float]], start_ms: float, stop_ms: float) 
             out.append((opened, time_ms))
             opened = None
     return tuple(out)
+
+
 # Keys a TrainingLog gives a field of their own: logged once (or again with the same value).
 _SINGLE_FIELDS = frozenset({mllog.SEED, mllog.GLOBAL_BATCH_SIZE, mllog.TRAIN_SAMPLES, mllog.EVAL_SAMPLES,
                             *LOWEST_PRECISION_KEYS, *SUBMISSION_KEYS})

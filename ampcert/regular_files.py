@@ -53,20 +53,19 @@ def read_regular_file(path: str | Path) -> bytes:
 
 def digest_regular_file(path: str | Path) -> tuple[str, int]:
     """(sha256 hex, size in bytes) of :func:`open_regular`'s file, read in pieces."""
-    sha, size = hashlib.sha256(), 0
     with open_regular(path) as fh:
-        for chunk in iter(lambda: fh.read(CHUNK), b""):
-            sha.update(chunk)
-            size += len(chunk)
-    return sha.hexdigest(), size
+        read = HashedLines(fh, CHUNK)
+        read.drain()
+    return read.sha256, read.size
 
 
 class HashedLines:
     """The lines of an open binary file, each at most ``limit`` bytes (a longer line comes
     in pieces of ``limit``, so memory stays bounded however the file is made), while the
     sha256 and size of every byte read are kept: a log is read once for both its content
-    and its digest. :meth:`drain` reads what is left (after a reader stopped early), so
-    :attr:`sha256` always covers the whole file."""
+    and its digest. :meth:`chunks` gives what is left in pieces of :data:`CHUNK` (a
+    copy), :meth:`drain` reads it (after a reader stopped early): either way :attr:`sha256`
+    covers every byte read."""
 
     def __init__(self, fh: BinaryIO, limit: int):
         self._fh, self._limit = fh, limit
@@ -82,10 +81,15 @@ class HashedLines:
             self.size += len(piece)
             yield piece
 
-    def drain(self) -> None:
+    def chunks(self) -> Iterator[bytes]:
         for chunk in iter(lambda: self._fh.read(CHUNK), b""):
             self._sha.update(chunk)
             self.size += len(chunk)
+            yield chunk
+
+    def drain(self) -> None:
+        for _ in self.chunks():
+            pass
 
     @property
     def sha256(self) -> str:

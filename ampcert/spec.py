@@ -726,13 +726,13 @@ def _check_compile_scope(suite: Suite, source: str) -> None:
         return
     if not any(True in (entry.compile or suite.compile) for entry in suite.workloads if entry.command is None):
         return
-    from ampcert.amp.torch_support import REGION_IN_TRACE_MIN
+    from ampcert.amp.torch_support import REGION_IN_TRACE_MIN, release_name
 
     have = installed_release("torch")
     if have is not None and have < REGION_IN_TRACE_MIN:
-        need = ".".join(map(str, REGION_IN_TRACE_MIN))
+        need = release_name(REGION_IN_TRACE_MIN)
         raise UserError(f"{source}: torch_compile: scope step compiles ampcert's autocast region inside the step, "
-                        f"which needs torch {need} or newer (this is torch {'.'.join(map(str, have))}): use scope "
+                        f"which needs torch {need} or newer (this is torch {release_name(have)}): use scope "
                         f"forward (the region around the compiled forward), or upgrade torch to {need}+")
 
 

@@ -52,7 +52,7 @@ import torch
 
 from .policy import OpPolicy
 from .torch_ops import canonical_op_name, public_callables
-from .torch_support import REGION_IN_TRACE_MIN, release
+from .torch_support import REGION_IN_TRACE_MIN, release, release_name
 
 __all__ = ["Tracing", "compiling", "never_compiled_alone", "refuse_untraceable_region"]
 
@@ -65,7 +65,7 @@ compiling: Callable[[], bool] = getattr(getattr(torch, "compiler", None), "is_co
 # naming this. None where the installed torch traces it.
 _UNTRACEABLE_REGION = None if release(torch.__version__) >= REGION_IN_TRACE_MIN else (
     f"ampcert.autocast entered inside a torch.compile'd function needs torch "
-    f"{'.'.join(map(str, REGION_IN_TRACE_MIN))} or newer (this is {torch.__version__}, whose Dynamo cannot "
+    f"{release_name(REGION_IN_TRACE_MIN)} or newer (this is {torch.__version__}, whose Dynamo cannot "
     "trace the region's entry): enter the region around the compiled call, or upgrade torch")
 
 

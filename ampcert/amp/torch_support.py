@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 
-__all__ = ["REGION_IN_TRACE_MIN", "release"]
+__all__ = ["REGION_IN_TRACE_MIN", "release", "release_name"]
 
 #: The first torch whose Dynamo traces an ampcert.autocast region entered *inside* a
 #: torch.compile'd function. torch 2.11's does not trace the region's entry (the direct
@@ -22,3 +22,8 @@ def release(version: str) -> tuple[int, int]:
     """(major, minor) of a torch version string (``2.11.0+cu130`` -> ``(2, 11)``)."""
     major, minor = version.split("+", 1)[0].split(".")[:2]
     return int(major), int("".join(itertools.takewhile(str.isdigit, minor)) or 0)
+
+
+def release_name(release: tuple[int, int]) -> str:
+    """``(2, 13)`` as ``2.13``."""
+    return ".".join(map(str, release))

@@ -18,8 +18,8 @@ checker, the RCP check as MLPerf's RCP checker says it, then ampcert's own
 finding beside it (``scaling factor (ampcert)``: the factor the RCP checker
 computes against the published ``scaling.json``, 1.0 without one; MLPerf's
 tools do not compare them, and its review may set another), the result
-summarizer's score and the package checker over a package of that one system and benchmark. Compliance
-passes as MLPerf accepts a folder: at most one file failing (four for unet3d),
+summarizer's score and the package checker over a package of that one system
+and benchmark. Compliance passes as MLPerf accepts a folder: at most one file failing (four for unet3d),
 dropped by olympic scoring. The RCP step deletes and rewrites ``scaling.json``
 and the summarizer and package checker run it too, so those steps run on
 copies in a temporary folder: the input is only read. The copies hold each
@@ -57,6 +57,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ampcert import mllog
 from ampcert.errors import UserError
+from ampcert.regular_files import CHUNK
 
 RULESET = "training"
 VERSION = "6.1.0"
@@ -363,26 +364,22 @@ def _lean_copy(folder: Path, files: list[Path], where: Path) -> Path:
         with path.open("rb") as src, (lean / path.name).open("wb") as dst:
             while True:
                 start = src.tell()
-                piece = src.readline(_PIECE)
+                piece = src.readline(CHUNK)
                 if not piece:
                     break
-                if piece.endswith(b"\n") or len(piece) < _PIECE:  # a whole line
+                if piece.endswith(b"\n") or len(piece) < CHUNK:  # a whole line
                     if marker in piece:
                         dst.write(piece)
                     continue
                 found, tail = marker in piece, piece[-len(marker):]
-                while not piece.endswith(b"\n") and (piece := src.readline(_PIECE)):
+                while not piece.endswith(b"\n") and (piece := src.readline(CHUNK)):
                     found, tail = found or marker in tail + piece, piece[-len(marker):]
                 if found:  # copy the long line whole, from where it starts
                     end = src.tell()
                     src.seek(start)
                     while src.tell() < end:
-                        dst.write(src.read(min(_PIECE, end - src.tell())))
+                        dst.write(src.read(min(CHUNK, end - src.tell())))
     return lean
-
-
-# A piece of a log read at once by _lean_copy.
-_PIECE = 1 << 20
 
 
 def _published_scaling(folder: Path) -> tuple[float | None, str]:

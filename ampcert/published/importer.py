@@ -45,7 +45,6 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -66,7 +65,13 @@ from ampcert.published.scores import (
     timed_runs,
 )
 from ampcert.published.system import SystemFingerprint, read_system
-from ampcert.regular_files import CHUNK, digest_regular_file, open_regular, read_regular_file
+from ampcert.regular_files import (
+    CHUNK,
+    HashedLines,
+    digest_regular_file,
+    open_regular,
+    read_regular_file,
+)
 
 FORMAT: Literal["ampcert.published.mlperf/1"] = "ampcert.published.mlperf/1"
 PUBLISHED_FILE = "published.json"
@@ -242,19 +247,15 @@ class Copied:
     size: int
 
     def write(self, dest: Path) -> None:
-        sha = hashlib.sha256()
         try:
             fh = open_regular(self.source)
         except OSError as exc:
             raise UserError(f"{self.source}: cannot read: {exc.strerror or exc}") from None
         with fh:
-            def chunks() -> Iterator[bytes]:
-                for chunk in iter(lambda: fh.read(CHUNK), b""):
-                    sha.update(chunk)
-                    yield chunk
-            atomic_write_chunks(dest, chunks())
-        if sha.hexdigest() != self.sha256:
-            raise UserError(f"{self.source}: changed while it was imported (sha256 {sha.hexdigest()[:12]}, read "
+            copied = HashedLines(fh, CHUNK)
+            atomic_write_chunks(dest, copied.chunks())
+        if copied.sha256 != self.sha256:
+            raise UserError(f"{self.source}: changed while it was imported (sha256 {copied.sha256[:12]}, read "
                             f"as {self.sha256[:12]}): import it again")
 
     def same_as(self, path: Path) -> bool:

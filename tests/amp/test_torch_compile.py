@@ -25,7 +25,7 @@ from ampcert.amp import torch_autocast, torch_autocast_kernels, torch_scaler_ste
 from ampcert.amp.torch_autocast import autocast
 from ampcert.amp.torch_ops import torch_version
 from ampcert.amp.torch_scaler import DynamicLossScaler
-from ampcert.amp.torch_support import REGION_IN_TRACE_MIN
+from ampcert.amp.torch_support import REGION_IN_TRACE_MIN, release_name
 from ampcert.workloads import registry
 
 WORKLOADS = {
@@ -206,7 +206,7 @@ def _whole_step(workload: str, engine: str, sync_free: bool = True, steps: int =
     count after each compiled step, whether the overflowing step left the parameters and
     the optimizer's state as they were, bit for bit, and the scaler."""
     if engine == "ampcert" and torch_version() < REGION_IN_TRACE_MIN:
-        pytest.skip(f"a region inside a compiled step needs torch {'.'.join(map(str, REGION_IN_TRACE_MIN))}+ (amp/torch_support.py); "
+        pytest.skip(f"a region inside a compiled step needs torch {release_name(REGION_IN_TRACE_MIN)}+ (amp/torch_support.py); "
                     "the harness refuses `scope: step` here")
     torch.manual_seed(0)
     task, x, y = _task(workload)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ampcert import mllog
 from ampcert.certify.mlperf import (
     CHECKS,
     COMPLIANCE,
@@ -23,7 +24,6 @@ from ampcert.certify.mlperf import (
     _lean_copy,
     reverify,
 )
-from ampcert import mllog
 from ampcert.errors import UserError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "mlperf" / "training_results_v5.1"
