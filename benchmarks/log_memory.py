@@ -53,10 +53,10 @@ NOISE = [
 ]
 
 
-def _measure(argv: list[str], env: dict[str, str] | None = None) -> dict:
+def _measure(argv: list[str]) -> dict:
     """Run ``argv``; its wall seconds, exit code and peak RSS (MB), from its own rusage."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert proc.stdout is not None
     output = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
