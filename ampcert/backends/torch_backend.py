@@ -35,7 +35,7 @@ import torch
 
 from ampcert import mllog
 from ampcert.amp.precision import FP8_PRECISIONS, autocast_precision, dtype_name
-from ampcert.backends import distributed, loop, torch_fp8, torch_precision
+from ampcert.backends import distributed, loop, torch_fp8, torch_mkl, torch_precision
 from ampcert.backends.contract import (  # noqa: F401 - RunFailed: part of this module's API
     DoesNotFit,
     NonFiniteLoss,
@@ -58,8 +58,10 @@ def seed_everything(seed: int, device: str) -> dict[str, Any]:
     The built-in workloads draw their weights, batches and augmentation from
     :mod:`ampcert.workloads.rng`, not from these global generators; seeding
     them is for a user's workload that draws from torch's (its initial
-    weights then still follow the seed). Returns what was set, for the run
-    result."""
+    weights then still follow the seed). MKL is asked for its reproducible
+    mode first, before anything in the run calls it (:mod:`torch_mkl`).
+    Returns what was set, for the run result."""
+    mkl_cnr = torch_mkl.request_reproducible()
     loop.seed_host(seed)
     torch.manual_seed(seed)
     if device == "cuda":
@@ -74,6 +76,7 @@ def seed_everything(seed: int, device: str) -> dict[str, Any]:
         "cudnn_benchmark": False if device == "cuda" else None,
         "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG") if device == "cuda" else None,
         "torch_threads": torch.get_num_threads(),
+        "mkl_cnr": mkl_cnr,
     }
 
 

@@ -7,6 +7,9 @@ in processes of its own: in a fresh `ampcert run` of its own, after other worklo
 precisions in the same invocation (the same forkserver, the same heap and caches a worker
 inherits), and fresh again; the loss trajectories and the final weights' digests must agree
 bit for bit.
+
+The cause on that Xeon was MKL's default mode (backends/torch_mkl.py): each run must say that
+MKL ran in its reproducible mode, as MKL itself reports it, on every CPU.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ def test_a_run_computes_the_same_bits_fresh_and_after_other_runs(tmp_path):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         (run,) = _gpt_fp32(tmp_path / name.replace(" ", "-")).values()
         assert run.status == "completed", run.reason
+        assert run.determinism["mkl_cnr"] == "AUTO", run.determinism
         outcomes[name] = (run.weights_sha256, run.loss, run.determinism.get("torch_threads"))
     assert outcomes["fresh"] == outcomes["after"] == outcomes["fresh again"], {
         k: (v[0][:12], v[2]) for k, v in outcomes.items()}
