@@ -26,7 +26,9 @@ copies in a temporary folder: the input is only read. The copies hold each
 result log's ``:::MLLOG`` lines alone (:func:`_lean_copy`): every one of
 MLPerf's checkers reads those lines and skips the rest, so the verdicts are the
 same, while the rest of a job's output (framework warnings, NCCL's, progress)
-may be hundreds of MB that each checker would read again. What a checker finds
+may be hundreds of MB that each checker would read again. Over more than
+:data:`MAX_CHECKED_EVENTS` of those lines the checkers are not run, which the
+result says with the count (their memory grows with every event). What a checker finds
 (its crash included) comes back as data (:class:`Reverification`), never as an
 exception.
 
@@ -190,6 +192,12 @@ def summarize(org_folder: str | Path, benchmarks: list[str]) -> list[dict[str, A
 # --- Re-verification of one published benchmark folder --------------------------------
 
 Status = Literal["passed", "failed", "not run"]
+# The most MLLOG lines (a benchmark folder's result logs together) MLPerf's checkers are run
+# over. They keep each event as Python objects, about 2 KB apiece, and parse every log about
+# five times (49 parses for 10 logs): 960,000 events took 1.8 GB and 5 minutes
+# (benchmarks/log_memory.py), against an import's bound of 300 MB and 60 s. Published logs
+# hold 100-500 events each (the fixtures' largest: 503), so the cap is 100 times that.
+MAX_CHECKED_EVENTS = 50_000
 COMPLIANCE, SYSTEM, RCP, SUMMARIZER, PACKAGE = (
     "compliance", "system description", "rcp", "summarizer", "package")
 # ampcert's own finding, not one of MLPerf's checks: the scaling factor the RCP checker
@@ -347,19 +355,20 @@ def _benchmark_parts(folder: Path) -> tuple[Path, str, str, list[Path]]:
     return folder.parent.parent.parent, folder.parent.name, folder.name, files
 
 
-def _lean_copy(folder: Path, files: list[Path], where: Path) -> Path:
+def _lean_copy(folder: Path, files: list[Path], where: Path) -> tuple[Path, int]:
     """``folder`` copied to ``where/<its name>`` with each of ``files`` (its result logs) cut
     to the lines that hold MLPerf's marker, byte for byte: all that MLPerf's checkers read
     of a log (its parser and the RCP checker skip every other line, the summarizer and the
     package checker read through the parser). Read in pieces, so a log of any size is
     copied in bounded memory; a line longer than a piece that holds the marker is copied
-    whole (read again from where it starts)."""
+    whole (read again from where it starts). Returns the copy and how many lines it holds."""
     lean = where / folder.name
     shutil.copytree(folder, lean, ignore=shutil.ignore_patterns(*(f.name for f in files)))
     params = folder.parent / "package_checker_params"  # beside the benchmark folder, where _package_copy looks
     if params.is_file():
         shutil.copy2(params, where)
     marker = mllog.PREFIX.encode()
+    events = 0
     for path in files:
         with path.open("rb") as src, (lean / path.name).open("wb") as dst:
             while True:
@@ -370,16 +379,18 @@ def _lean_copy(folder: Path, files: list[Path], where: Path) -> Path:
                 if piece.endswith(b"\n") or len(piece) < CHUNK:  # a whole line
                     if marker in piece:
                         dst.write(piece)
+                        events += 1
                     continue
                 found, tail = marker in piece, piece[-len(marker):]
                 while not piece.endswith(b"\n") and (piece := src.readline(CHUNK)):
                     found, tail = found or marker in tail + piece, piece[-len(marker):]
                 if found:  # copy the long line whole, from where it starts
+                    events += 1
                     end = src.tell()
                     src.seek(start)
                     while src.tell() < end:
                         dst.write(src.read(min(CHUNK, end - src.tell())))
-    return lean
+    return lean, events
 
 
 def _published_scaling(folder: Path) -> tuple[float | None, str]:
@@ -586,7 +597,13 @@ def reverify(folder: str | Path, round: str | None = None) -> Reverification:
         division = None
     with tempfile.TemporaryDirectory(prefix="ampcert-reverify-") as tmp:
         where = Path(tmp)
-        real, folder = folder, _lean_copy(folder, files, where / "lean")
+        real, (folder, events) = folder, _lean_copy(folder, files, where / "lean")
+        if events > MAX_CHECKED_EVENTS:
+            reason = (f"its result logs hold {events:,} MLLOG lines; MLPerf's checkers hold every event in "
+                      f"memory (about 2 KB each) and parse each log about five times, so ampcert runs them "
+                      f"over at most {MAX_CHECKED_EVENTS:,} (published logs hold hundreds)")
+            return Reverification(**found, reason=reason,
+                                  checks=[Check(name=n, status="not run", detail=reason) for n in CHECKS])
         lean_files = [folder / f.name for f in files]
         checks = [_relocated(_guard(COMPLIANCE, lambda: _compliance(lean_files, ruleset, benchmark)), folder, real),
                   _guard(SYSTEM, lambda: _system(desc, ruleset))]

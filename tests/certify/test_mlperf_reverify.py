@@ -208,8 +208,23 @@ def test_the_checkers_copy_holds_each_mllog_line_byte_for_byte_and_nothing_else(
     log.write_bytes(b"noise\n" + ("1: " + mllog.PREFIX + '{"key": "k"}\r\n').encode() + b"\xff\xfe bad bytes\n"
                     + long_event.encode() + b"x" * (3 << 20) + b"\n" + mllog.PREFIX.encode() + b'{"last": 1}')
     (folder / "scaling.json").write_text("{}")
-    lean = _lean_copy(folder, [log], tmp_path / "lean")
+    lean, events = _lean_copy(folder, [log], tmp_path / "lean")
+    assert events == 3
     assert (lean / "result_0.txt").read_bytes() == (
         ("1: " + mllog.PREFIX + '{"key": "k"}\r\n').encode() + long_event.encode() + mllog.PREFIX.encode()
         + b'{"last": 1}')
     assert (lean / "scaling.json").read_text() == "{}"
+
+
+def test_over_the_event_cap_mlperfs_checkers_are_not_run_and_the_result_says_why(tmp_path, monkeypatch):
+    from ampcert.certify import mlperf
+
+    root = tmp_path / "training_results_v5.1"
+    shutil.copytree(FIXTURES / "Dell", root / "Dell")
+    events = sum(log.read_text().count(mllog.PREFIX) for log in _folder(root, "Dell").glob("result_*.txt"))
+    assert events == 983  # 10 logs of 87-112 events
+    monkeypatch.setattr(mlperf, "MAX_CHECKED_EVENTS", events - 1)
+    r = reverify(_folder(root, "Dell"))
+    assert {c.status for c in r.checks} == {"not run"} and not r.passed
+    assert r.reason is not None and "hold 983 MLLOG lines" in r.reason and "at most 982" in r.reason
+    assert r.summarizer_minutes is None
