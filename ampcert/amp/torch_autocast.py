@@ -101,6 +101,7 @@ from .torch_autocast_state import cast_arg as _cast_arg
 from .torch_autocast_state import cast_eligible as _cast_eligible
 from .torch_autocast_tracing import Tracing, never_compiled_alone, refuse_untraceable_region
 from .torch_autocast_tracing import compiling as _compiling
+from .torch_dynamo_marks import constant_under_compile
 from .torch_ops import (
     _NAME_CACHE,
     OP_TORCH_VERSIONS,
@@ -183,7 +184,7 @@ _RESOLVERS: dict[str, Callable[[tuple, dict], str | None]] = {
 _REGIONS: dict[tuple, Region] = {}
 
 
-@torch.compiler.assume_constant_result
+@constant_under_compile
 def _region_key(device_type: str, dtype: torch.dtype, policy: str, enabled: bool,
                 cache_enabled: bool) -> tuple:
     """The key of this setting's region in _REGIONS, made on first use (the policy by its
@@ -354,7 +355,7 @@ class _AmpcertMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-@torch.compiler.assume_constant_result
+@constant_under_compile
 def _dispatcher_serial(key: tuple) -> int:
     """The serial of the region ``key`` names if the dispatcher engine decides it
     (:func:`~.torch_autocast_kernels.serial_of`), else -1. Under torch.compile it runs once,
@@ -375,12 +376,12 @@ _SHIPPED: dict[str, str] = {}
 
 
 # The two functions below run once under torch.compile, while the tracer reads the code
-# (torch.compiler.assume_constant_result: called for real, their result a constant of the
+# (assume_constant_result, torch_dynamo_marks: called for real, their result a constant of the
 # graph), so an autocast made and entered inside a compiled function traces with no graph
 # break: the tracer cannot read a file (the policy) or build modules (the traced clones).
 
 
-@torch.compiler.assume_constant_result
+@constant_under_compile
 def _read_policy(device_type: str, ref: str | Path | None) -> str:
     """The content digest of the policy ``ref`` names (None: the shipped one for the device),
     its object kept in _POLICIES: one object per content, whichever autocast read it, so a
@@ -388,13 +389,13 @@ def _read_policy(device_type: str, ref: str | Path | None) -> str:
     return _keep_policy(shipped_policy(device_type) if ref is None else load_policy(ref))
 
 
-@torch.compiler.assume_constant_result
+@constant_under_compile
 def _keep_policy(policy: OpPolicy) -> str:
     """Its digest, the object kept in _POLICIES for the digest (one object per content)."""
     return _POLICIES.setdefault(policy.effective_sha256, policy).effective_sha256
 
 
-@torch.compiler.assume_constant_result
+@constant_under_compile
 def _prepare(policy: str) -> bool:
     """The per-callable decisions (torch_autocast_tracing), made once per process."""
     _TRACING.prepare(_POLICIES[policy])

@@ -52,6 +52,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -61,6 +62,7 @@ from .policy import FAMILIES, OpPolicy, shipped_policy
 from .torch_autocast_families import HANDLERS, Family, Region, dtype_slot, fixed_target
 from .torch_autocast_state import STATE, kernel_cast_args
 from .torch_autocast_tracing import compiling as is_compiling
+from .torch_dynamo_marks import when_dynamo_imported
 from .torch_ops import op_in_torch, torch_version
 from .torch_support import release
 
@@ -440,5 +442,7 @@ def _watch_compiles() -> None:
         handler.register_end_callback(_end_of_compile)
 
 
-torch._dynamo.allow_in_graph(open_region)
-torch._dynamo.allow_in_graph(close_region)
+@when_dynamo_imported
+def _into_graphs(dynamo: ModuleType) -> None:
+    dynamo.allow_in_graph(open_region)
+    dynamo.allow_in_graph(close_region)

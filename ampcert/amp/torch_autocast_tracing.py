@@ -46,11 +46,13 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import torch
 
 from .policy import OpPolicy
+from .torch_dynamo_marks import when_dynamo_imported
 from .torch_ops import canonical_op_name, public_callables
 from .torch_support import REGION_IN_TRACE_MIN, release, release_name
 
@@ -219,8 +221,13 @@ def never_compiled_alone(*functions: Callable) -> None:
     compiled as a frame of its own would set native autocast's state inside a graph, which
     does not outlive it: the region would be lost. These run as plain Python then, and are
     still traced when inlined into a compiled function (Dynamo's per-code skip, which
-    affects only frames it is handed whole; a torch without it keeps the default)."""
-    eval_frame = getattr(torch._dynamo, "eval_frame", None)
+    affects only frames it is handed whole; a torch without it keeps the default). Applied
+    once torch._dynamo is imported (torch_dynamo_marks)."""
+    when_dynamo_imported(lambda dynamo: _skip_frames(dynamo, functions))
+
+
+def _skip_frames(dynamo: ModuleType, functions: tuple[Callable, ...]) -> None:
+    eval_frame = getattr(dynamo, "eval_frame", None)
     strategy = getattr(eval_frame, "set_code_exec_strategy", None)
     frame_strategy = getattr(eval_frame, "FrameExecStrategy", None)
     action = getattr(eval_frame, "FrameAction", None)

@@ -95,8 +95,11 @@ from typing import Any, cast
 
 import torch
 
+from . import (
+    torch_scaler_step as steps,  # its two steps read at each call: disabled for Dynamo once imported
+)
 from .torch_scaler_ranks import ranks_to_sync, reduce_found_inf
-from .torch_scaler_step import optimizer_step, snapshot_for_undo, syncing_step, undo_if_overflowed
+from .torch_scaler_step import snapshot_for_undo, undo_if_overflowed
 from .torch_scaler_trajectory import Trajectory
 
 try:  # Share GradScaler's enum so code inspecting per-optimizer stages keeps working.
@@ -421,7 +424,7 @@ class DynamicLossScaler(torch.amp.GradScaler):
           the parameters and optimizer-state tensors is undone on the device.
         """
         if not self._enabled:
-            return optimizer_step(optimizer, *args, **kwargs)
+            return steps.optimizer_step(optimizer, *args, **kwargs)
 
         if "closure" in kwargs:
             raise RuntimeError(
@@ -465,7 +468,7 @@ class DynamicLossScaler(torch.amp.GradScaler):
                     else scaler * getattr(optimizer, "grad_scale", 1)
                 )
                 amp_optimizer.found_inf = found_inf
-            retval = optimizer_step(optimizer, *args, **kwargs_)
+            retval = steps.optimizer_step(optimizer, *args, **kwargs_)
             optimizer_state["stage"] = OptState.STEPPED
             if not has_grad_scaler_kwarg:
                 del amp_optimizer.grad_scale
@@ -493,9 +496,9 @@ class DynamicLossScaler(torch.amp.GradScaler):
             scale = cast(torch.Tensor, self._scale)
             undo = snapshot_for_undo(optimizer, found_inf_per_device, scale.device, self._snapshots)
             if undo is not None:
-                return undo_if_overflowed(optimizer, undo, optimizer_step(optimizer, *args, **kwargs),
+                return undo_if_overflowed(optimizer, undo, steps.optimizer_step(optimizer, *args, **kwargs),
                                           self._snapshots)
-        return syncing_step(optimizer, found_inf_per_device, *args, **kwargs)
+        return steps.syncing_step(optimizer, found_inf_per_device, *args, **kwargs)
 
     # ------------------------------------------------------------------ update
     def update(self, new_scale: float | torch.Tensor | None = None) -> None:

@@ -45,9 +45,12 @@ Imports torch and the standard library only.
 from __future__ import annotations
 
 import weakref
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import torch
+
+from .torch_dynamo_marks import when_dynamo_imported
 
 __all__ = ["EAGER_STEP", "SYNCING_STEP", "Undo", "combined_found_inf", "optimizer_step", "snapshot_buffers",
            "snapshot_for_undo", "syncing_step", "undo_if_overflowed"]
@@ -66,7 +69,7 @@ def _optimizer_step(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any)
 # so a host sync put back there still shows as a graph break. Eagerly, the wrapper costs
 # a few microseconds a step.
 EAGER_STEP = "the optimizer's step runs eagerly under DynamicLossScaler, as under GradScaler"
-optimizer_step = torch.compiler.disable(_optimizer_step, reason=EAGER_STEP)
+optimizer_step = _optimizer_step  # torch.compiler.disable'd once Dynamo is imported (_eager_under_compile)
 
 
 def _same_host_value(a: Any, b: Any) -> bool:
@@ -96,7 +99,15 @@ def _syncing_step(
 # The host's question and the step, eagerly under torch.compile: traced, the `.item()`
 # would break the graph on top of the step's own break (GradScaler's step: one break).
 SYNCING_STEP = "DynamicLossScaler(sync_free=False) asks the host before the step, as GradScaler does"
-syncing_step = torch.compiler.disable(_syncing_step, reason=SYNCING_STEP)
+syncing_step = _syncing_step  # likewise
+
+
+@when_dynamo_imported
+def _eager_under_compile(dynamo: ModuleType) -> None:
+    """Both steps, disabled for Dynamo, rebound where the scaler reads them at each call."""
+    global optimizer_step, syncing_step
+    optimizer_step = torch.compiler.disable(_optimizer_step, reason=EAGER_STEP)
+    syncing_step = torch.compiler.disable(_syncing_step, reason=SYNCING_STEP)
 
 
 def combined_found_inf(found_inf_per_device: dict[torch.device, torch.Tensor], device: torch.device) -> torch.Tensor:
