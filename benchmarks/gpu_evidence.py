@@ -244,10 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     cfg = SIZES[args.device] | (QUICK if args.quick else {})
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="gpu-evidence-", dir=out))
+    # The runs' folders stay outside --out, which holds the two files alone (what a lent
+    # machine sends back is a few files, not a results tree).
+    work = Path(tempfile.mkdtemp(prefix="gpu-evidence-"))
     py = sys.executable
     ev: dict = {"command": shlex.join(["python", "benchmarks/gpu_evidence.py", *(sys.argv[1:] if argv is None else argv)]),
-                "quick": args.quick, "machine": machine(args.device), "steps": {}}
+                "quick": args.quick, "work": str(work), "machine": machine(args.device), "steps": {}}
     ev["matmul"] = matmul_rates(args.device, cfg["precisions"])
 
     suite_file = work / "suite.yaml"
