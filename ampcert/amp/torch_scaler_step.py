@@ -8,12 +8,11 @@ the host until the GPU has finished the backward pass, once per step.  Instead
 (``sync_free=True``) the optimizer step always runs and is *undone on the device* when
 an overflow was found: the parameters and optimizer-state tensors (moments, ``step``
 counters, ...) are snapshotted, the step runs, and ``torch.where(found_inf, snapshot,
-current)`` restores them: :func:`snapshot_for_undo` before the step,
-:func:`optimizer_step`, then :func:`undo_if_overflowed`, which the scaler's
-``_maybe_opt_step`` calls in turn from one frame (under torch.compile each frame
-between the compiled function and the eager optimizer step is a graph break and a
-graph).  :func:`syncing_step` is ``GradScaler``'s own path (``sync_free=False``):
-ask the host, then step or not.
+current)`` restores them: :func:`snapshot_for_undo` before the step, the optimizer's
+step, then :func:`undo_if_overflowed`, which the scaler's ``_maybe_opt_step`` calls in
+turn. Under torch.compile all of it runs eagerly, inside the scaler's step, as
+GradScaler's does (:mod:`ampcert.amp.torch_scaler`). :func:`syncing_step` is
+``GradScaler``'s own path (``sync_free=False``): ask the host, then step or not.
 
 The snapshot is kept in reusable buffers, one set per optimizer
 (:func:`snapshot_buffers`): one copy of every parameter with a gradient and of its
@@ -45,31 +44,12 @@ Imports torch and the standard library only.
 from __future__ import annotations
 
 import weakref
-from types import ModuleType
 from typing import Any, NamedTuple
 
 import torch
 
-from .torch_dynamo_marks import when_dynamo_imported
-
-__all__ = ["EAGER_STEP", "SYNCING_STEP", "Undo", "combined_found_inf", "optimizer_step", "snapshot_buffers",
-           "snapshot_for_undo", "syncing_step", "undo_if_overflowed"]
-
-
-def _optimizer_step(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
-    return optimizer.step(*args, **kwargs)
-
-
-# Under torch.compile the optimizer's own step runs eagerly, as under GradScaler, whose
-# step Dynamo skips whole (torch.amp is not traced). Traced, torch.optim's step breaks
-# the graph twice on purpose (Optimizer._use_grad calls torch._dynamo.graph_break()
-# before and after, so that AOTAutograd sees a no-grad graph): a compiled training step
-# with the scaler fell into several graphs and five more breaks than GradScaler's. The
-# scaler's own work around the call (the inf check, the snapshot, the undo) stays traced,
-# so a host sync put back there still shows as a graph break. Eagerly, the wrapper costs
-# a few microseconds a step.
-EAGER_STEP = "the optimizer's step runs eagerly under DynamicLossScaler, as under GradScaler"
-optimizer_step = _optimizer_step  # torch.compiler.disable'd once Dynamo is imported (_eager_under_compile)
+__all__ = ["Undo", "combined_found_inf", "snapshot_buffers", "snapshot_for_undo", "syncing_step",
+           "undo_if_overflowed"]
 
 
 def _same_host_value(a: Any, b: Any) -> bool:
@@ -83,7 +63,7 @@ def _same_host_value(a: Any, b: Any) -> bool:
         return False
 
 
-def _syncing_step(
+def syncing_step(
     optimizer: torch.optim.Optimizer,
     found_inf_per_device: dict[torch.device, torch.Tensor],
     *args: Any,
@@ -94,20 +74,6 @@ def _syncing_step(
     if not sum(v.item() for v in found_inf_per_device.values()):
         retval = optimizer.step(*args, **kwargs)
     return retval
-
-
-# The host's question and the step, eagerly under torch.compile: traced, the `.item()`
-# would break the graph on top of the step's own break (GradScaler's step: one break).
-SYNCING_STEP = "DynamicLossScaler(sync_free=False) asks the host before the step, as GradScaler does"
-syncing_step = _syncing_step  # likewise
-
-
-@when_dynamo_imported
-def _eager_under_compile(dynamo: ModuleType) -> None:
-    """Both steps, disabled for Dynamo, rebound where the scaler reads them at each call."""
-    global optimizer_step, syncing_step
-    optimizer_step = torch.compiler.disable(_optimizer_step, reason=EAGER_STEP)
-    syncing_step = torch.compiler.disable(_syncing_step, reason=SYNCING_STEP)
 
 
 def combined_found_inf(found_inf_per_device: dict[torch.device, torch.Tensor], device: torch.device) -> torch.Tensor:

@@ -18,7 +18,8 @@ PROBE = textwrap.dedent("""
     import json, sys
     import torch
     import ampcert.amp as amp
-    from ampcert.amp import torch_autocast, torch_scaler_step
+    from ampcert.amp import torch_autocast
+    from ampcert.amp.torch_scaler import DynamicLossScaler
 
     model = torch.nn.Linear(8, 8)
     with amp.autocast("cpu", dtype=torch.bfloat16):
@@ -26,10 +27,11 @@ PROBE = textwrap.dedent("""
     loss.backward()
     eager = [m for m in ("torch._dynamo", "torch._inductor", "sympy") if m in sys.modules]
 
+    step = DynamicLossScaler.step
     import torch._dynamo  # what torch.compile imports: the marks follow now
 
     marks = {"constant": getattr(torch_autocast._region_key, "_dynamo_marked_constant", False),
-             "eager_step": torch_scaler_step.optimizer_step is not torch_scaler_step._optimizer_step}
+             "eager_step": DynamicLossScaler.step is not step}
     dtypes = []
     if sys.argv[1] == "compile":
         @torch.compile(backend="eager", fullgraph=True)  # fullgraph: a graph break is an error
