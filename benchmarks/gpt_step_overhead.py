@@ -26,7 +26,9 @@ the baseline with a 95% bootstrap interval over rounds (resampled as pairs), and
 ratio of minima. Whether the host bounds the step is measured, not assumed: the
 baseline's step at ``4 x --batch`` against its step at ``--batch`` (near 1: the host
 bounds it; near 4: the device does). Goal (issue 34): ampcert / native <= 1.00 within the
-control's noise. The script prints its command, device and CPU flags, and always exits 0:
+control's noise. ``--compile BACKEND`` compiles each variant's whole step (forward, loss,
+backward, the scaler's or optimizer's step) as one ``torch.compile``d function, the first
+step eager; ampcert's region inside it needs torch 2.13+. The script prints its command, device and CPU flags, and always exits 0:
 it is a measurement, not a test. Run from the repository root::
 
     python benchmarks/gpt_step_overhead.py --device cuda [--size base] [--batch 1] [--json out.json]
@@ -56,6 +58,7 @@ from amp_overhead import comparison, format_table, interleaved  # noqa: E402
 
 from ampcert.amp import DynamicLossScaler  # noqa: E402
 from ampcert.amp import autocast as amp_autocast  # noqa: E402
+from ampcert.amp.torch_support import REGION_IN_TRACE_MIN, release, release_name  # noqa: E402
 from ampcert.envinfo import cpu_info, load_average  # noqa: E402
 from ampcert.workloads.gpt_prep import GPTParams  # noqa: E402
 from ampcert.workloads.torch_models import gpt_model, loss_fn  # noqa: E402
@@ -65,16 +68,18 @@ NATIVE, AMPCERT, AGAIN = "torch.autocast", "ampcert autocast", "torch.autocast, 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def make_step(model: torch.nn.Module, batches: list, device: str, dtype: torch.dtype, engine: str) -> Callable[[], None]:
-    """One training step as users write it, for ``engine`` ("native" or "ampcert")."""
+def make_step(model: torch.nn.Module, batches: list, device: str, dtype: torch.dtype, engine: str,
+              compile_backend: str | None = None) -> Callable[[], None]:
+    """One training step as users write it, for ``engine`` ("native" or "ampcert"); with
+    ``compile_backend``, the whole step compiled as one function (its first call eager:
+    it creates the optimizer's state), as users compile one."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     scaler: Any = None
     if dtype is torch.float16:
         scaler = torch.amp.GradScaler(device) if engine == "native" else DynamicLossScaler(device)
     it = itertools.count()
 
-    def step() -> None:
-        x, y = batches[next(it) % len(batches)]
+    def train(x: torch.Tensor, y: torch.Tensor) -> None:
         opt.zero_grad(set_to_none=True)
         region = torch.autocast(device, dtype=dtype) if engine == "native" else amp_autocast(device, dtype)
         with region:
@@ -86,6 +91,12 @@ def make_step(model: torch.nn.Module, batches: list, device: str, dtype: torch.d
             scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()
+
+    compiled = torch.compile(train, backend=compile_backend) if compile_backend else train
+
+    def step() -> None:
+        n = next(it)
+        (train if n == 0 else compiled)(*batches[n % len(batches)])
 
     return step
 
@@ -109,8 +120,13 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1, help="sequences per step (small: the host bounds the step)")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--steps", type=int, default=10, help="steps per variant per round")
+    ap.add_argument("--compile", metavar="BACKEND", help="compile each variant's whole step with this "
+                    "torch.compile backend (inductor, aot_eager); needs torch 2.13+ for ampcert's region")
     ap.add_argument("--json", type=Path, help="write the figures here too")
     args = ap.parse_args()
+    if args.compile and release(torch.__version__) < REGION_IN_TRACE_MIN:
+        ap.error(f"--compile: ampcert's region inside a compiled step needs torch "
+                 f"{release_name(REGION_IN_TRACE_MIN)}+ (this is {torch.__version__})")
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: no CUDA device here (use --device cpu for a CPU check)")
     if args.batch < 1 or args.rounds < 2 or args.steps < 1:
@@ -141,12 +157,13 @@ def main() -> None:
 
     batches = batches_of(params, args.batch, device)
     variants = {
-        NATIVE: make_step(copy.deepcopy(base), batches, device, dtype, "native"),
-        AMPCERT: make_step(copy.deepcopy(base), batches, device, dtype, "ampcert"),
-        AGAIN: make_step(copy.deepcopy(base), batches, device, dtype, "native"),
+        NATIVE: make_step(copy.deepcopy(base), batches, device, dtype, "native", args.compile),
+        AMPCERT: make_step(copy.deepcopy(base), batches, device, dtype, "ampcert", args.compile),
+        AGAIN: make_step(copy.deepcopy(base), batches, device, dtype, "native", args.compile),
     }
     per = interleaved(variants, rounds=args.rounds, steps=args.steps, warmup=3, sync=sync)
-    comp = comparison(f"gpt {args.size} train step on {device}, {args.dtype}, batch {args.batch}, "
+    comp = comparison(f"gpt {args.size} train step{' compiled (' + args.compile + ')' if args.compile else ''} "
+                      f"on {device}, {args.dtype}, batch {args.batch}, "
                       f"{args.steps} steps/round", NATIVE, per, {AMPCERT: GOAL})
     print()
     print(format_table(comp))

@@ -15,8 +15,9 @@ a step that would start past it is recorded "not run: budget"):
    sweep. Per precision: samples/s and speedup over fp32, MFU, joules per sample (NVML's
    energy counter), peak memory, and the sweep's fitted bytes per sample;
 4. **AMP engine against native**: ``dispatch_overhead.py`` (per-op dispatch),
-   ``gpt_step_overhead.py`` in bf16 and in fp16 (whose row prices the loss scaler), and,
-   on a CPU only, ``compile_overhead.py --scope step`` (the compiled whole step);
+   ``gpt_step_overhead.py`` in bf16 and in fp16 (whose row prices the loss scaler), and
+   its whole step compiled (``--compile``: Inductor on a GPU, aot_eager on a CPU; not run
+   before torch 2.13, which cannot trace ampcert's region);
 5. **checks**: ``ampcert audit`` on the device (every op's dtype, native against ampcert)
    and, on CUDA, the gpu-marked tests (a shrunk card that overflows, FP8 parity).
 
@@ -277,20 +278,25 @@ def main(argv: list[str] | None = None) -> int:
             amp[f"GPT step eager {dtype}" + (" (scaler included)" if dtype == "fp16" else "")] = {
                 "ampcert / native": _ratio(got.get("comparison"), "ampcert"),
                 "control": _ratio(got.get("comparison"), "again"), "host-bound ratio": got.get("host_bound_ratio")}
-    if args.device == "cpu":
-        compiled = work / "compiled-step.json"
-        _step(ev, "compiled step", [py, str(BENCH / "compile_overhead.py"), "--scope", "step", "--backend", "aot_eager",
-                                    *(["--quick"] if args.quick else []), "--json", str(compiled)], 120, deadline)
-        for model, got in (_json_file(compiled) or {}).items():
-            if isinstance(got, dict) and "compiled" in got:
-                amp[f"compiled whole step (aot_eager), {model}"] = {
-                    **{f"{engine} graphs / breaks": f"{i['graphs']} / {i['graph_breaks']}"
-                       for engine, i in got["compiled"].items()},
-                    **{f"{row['variant']} / {comp['baseline']}": row.get("ratio")
-                       for comp in got["comparisons"].values() for row in comp["rows"] if "ratio" in row}}
+    # The GPT step compiled whole (Inductor on a GPU; aot_eager on a CPU, which needs no C compiler).
+    from ampcert.amp.torch_support import REGION_IN_TRACE_MIN, release, release_name
+
+    backend = "inductor" if args.device == "cuda" else "aot_eager"
+    if release(torch.__version__) < REGION_IN_TRACE_MIN:
+        ev["steps"]["gpt step compiled"] = {
+            "command": f"benchmarks/gpt_step_overhead.py --compile {backend}", "status": "not run",
+            "reason": f"ampcert's region inside a compiled step needs torch {release_name(REGION_IN_TRACE_MIN)}+"}
     else:
-        ev["steps"]["compiled step"] = {"command": "benchmarks/compile_overhead.py --scope step", "status": "not run",
-                                        "reason": "compile_overhead.py measures on the CPU only"}
+        step_json = work / "gpt-step-compiled.json"
+        _step(ev, "gpt step compiled", [py, str(BENCH / "gpt_step_overhead.py"), "--device", args.device,
+                                        "--size", "tiny" if args.quick else cfg["size"], "--dtype", "bf16",
+                                        "--compile", backend, "--rounds", str(cfg["rounds"]),
+                                        "--steps", str(cfg["gpt_steps"]), "--json", str(step_json)], 150, deadline)
+        got = _json_file(step_json)
+        if got:
+            amp[f"GPT step compiled ({backend}) bf16"] = {
+                "ampcert / native": _ratio(got.get("comparison"), "ampcert"),
+                "control": _ratio(got.get("comparison"), "again")}
     ev["amp_vs_native"] = amp
 
     checks: dict = {}
