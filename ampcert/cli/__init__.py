@@ -28,6 +28,7 @@ import typer
 
 from ampcert import session
 from ampcert.cli import views
+from ampcert.cli.history import STORE_HELP, history_app
 from ampcert.cli.mlperf import compare_systems, export_app, import_app
 from ampcert.cli.options import (
     JSON_HELP,
@@ -36,7 +37,6 @@ from ampcert.cli.options import (
     Fp8Precision,
     Fp8Recipe,
     Framework,
-    JsonFileCommand,
     LowDtype,
     NoArgsIsHelpError,
     Typer,
@@ -294,12 +294,15 @@ def keygen(
     ctx: typer.Context,
     key: Path = typer.Argument(..., help="private key file to write (KEY; the public key goes to KEY.pub)"),
     force: bool = typer.Option(False, "--force", help="overwrite an existing key pair"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    json_out: Path | None = json_out_option(),
 ) -> None:
     """Write an Ed25519 key pair for signing reports (private key mode 0600)."""
-    output = output_of(ctx)
+    output = output_of(ctx, as_json, json_out)
     private, public, keyid = session.keygen(key, force=force)
-    output.console.print(f"private key: {private} (mode 600, keep it secret)\npublic key:  {public} "
-                         f"(keyid {keyid})", markup=False, soft_wrap=True)
+    output.data({"private_key": str(private), "public_key": str(public), "keyid": keyid},
+                lambda console: console.print(f"private key: {private} (mode 600, keep it secret)\npublic key:  "
+                                              f"{public} (keyid {keyid})", markup=False, soft_wrap=True))
 
 
 @app.command()
@@ -307,11 +310,14 @@ def sign(
     ctx: typer.Context,
     results: Path = typer.Argument(..., help="results folder with report.json and report.html"),
     key: Path = typer.Option(..., "--key", help="Ed25519 private key (from `ampcert keygen`)"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    json_out: Path | None = json_out_option(),
 ) -> None:
     """Sign report.json and report.html: writes report.dsse.json (DSSE, in-toto Statement v1)."""
-    output = output_of(ctx)
+    output = output_of(ctx, as_json, json_out)
     envelope, warnings = session.sign(results, key)
-    views.print_signed(output, envelope, warnings)
+    views.print_signed(output, envelope, warnings)  # a message: on stderr under --json
+    output.data({"envelope": str(envelope), "warnings": warnings})
 
 
 @app.command()
@@ -319,18 +325,25 @@ def verify(
     ctx: typer.Context,
     envelope: Path = typer.Argument(..., help="report.dsse.json (its subject files must sit beside it)"),
     pubkey: Path = typer.Option(..., "--pubkey", help="the signer's Ed25519 public key (KEY.pub)"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    json_out: Path | None = json_out_option(),
 ) -> None:
     """Verify a signed report offline: signature, payload type and the digest of every subject file.
 
-    Exit 0 when everything verifies, 1 on any mismatch (with the reason), 2 on bad input (an
-    envelope or key that cannot be read: not found, a folder, no permission)."""
-    output = output_of(ctx)
+    Exit 0 when everything verifies, 1 on any mismatch (with the reason; with --json,
+    ``{"verified": false, "reason": ...}`` too), 2 on bad input (an envelope or key that
+    cannot be read: not found, a folder, no permission)."""
+    output = output_of(ctx, as_json, json_out)
     try:
         result = session.verify(envelope, pubkey)
     except session.NotVerified as exc:
         output.stderr.print(f"ampcert: NOT VERIFIED: {exc}", markup=False, soft_wrap=True)
+        output.data({"verified": False, "reason": str(exc)})
         raise typer.Exit(1) from None
-    views.print_verified(output.console, result)
+    output.data({"verified": True, "keyid": result.keyid, "payload_type": result.payload_type,
+                 "subjects": [{"name": name, "sha256": digest} for name, digest in result.subjects],
+                 "predicate": result.predicate},
+                lambda console: views.print_verified(console, result))
 
 
 @app.command()
@@ -392,7 +405,7 @@ def screen(
     output.data(views.screen_json(result), lambda console: views.print_screen(console, result))
 
 
-@app.command(cls=JsonFileCommand)
+@app.command()
 def compare(
     ctx: typer.Context,
     baseline: Path = typer.Argument(..., help="the baseline: a report.json or a results folder"),
@@ -420,58 +433,10 @@ def compare(
         raise typer.Exit(1)
 
 
-history_app = Typer(no_args_is_help=True, help="The nightly history store: add results folders, list them.")
 app.add_typer(history_app, name="history")
-STORE_HELP = "the history store: a file, sqlite:///PATH or postgresql://... (default $AMPCERT_HISTORY, " \
-             "else ./ampcert-history.sqlite)"
 
 
-@history_app.command("add")
-def history_add(
-    ctx: typer.Context,
-    dirs: list[Path] = typer.Argument(..., help="results folders (`ampcert run --out DIR`), one night each"),
-    store: str | None = typer.Option(None, "--store", help=STORE_HELP),
-    machine: str | None = typer.Option(None, "--machine", help="the series' machine name (default: host, CPU, "
-                                       "GPUs from the folder's fingerprint; name CI runners here)"),
-) -> None:
-    """Record results folders in the history store (a folder already there is skipped)."""
-    output = output_of(ctx)
-    for folder, added in session.history_add(dirs, store=store, machine=machine):
-        output.console.print(f"{'added' if added else 'already in the store'}: {folder}", markup=False,
-                             soft_wrap=True)
-
-
-@history_app.command("show")
-def history_show(
-    ctx: typer.Context,
-    store: str | None = typer.Option(None, "--store", help=STORE_HELP),
-    suite: str | None = typer.Option(None, "--suite", help="only this suite's nights"),
-    as_json: bool = typer.Option(False, "--json", help="print the nights as JSON"),
-    json_out: Path | None = json_out_option(),
-) -> None:
-    """List the nights in the history store, oldest first."""
-    output = output_of(ctx, as_json, json_out)
-    nights = session.history_show(store=store, suite=suite)
-    output.data([vars(n) for n in nights], lambda console: views.print_nights(console, nights))
-
-
-@history_app.command("plot")
-def history_plot(
-    ctx: typer.Context,
-    out: Path = typer.Argument(..., help="the SVG file to write"),
-    store: str | None = typer.Option(None, "--store", help=STORE_HELP),
-    suite: str | None = typer.Option(None, "--suite", help="the suite (needed where the store holds several)"),
-    machine: str | None = typer.Option(None, "--machine", help="the machine (needed where it holds several)"),
-    metric: str = typer.Option("samples_per_s", "--metric", help="samples_per_s, time_to_target_s, final_metric, "
-                               "peak_memory_bytes, energy_j_per_sample, scaler_skips or failed_runs"),
-) -> None:
-    """Plot one metric's nightly series (every subject of the suite) with their change points, as SVG."""
-    output = output_of(ctx)
-    written = session.history_plot(out, store=store, suite=suite, machine=machine, metric=metric)
-    output.console.print(f"wrote {written}", markup=False, soft_wrap=True)
-
-
-@app.command("gate", cls=JsonFileCommand)
+@app.command("gate")
 def gate_cmd(
     ctx: typer.Context,
     new: Path = typer.Argument(..., help="the new night: a results folder"),
@@ -499,7 +464,7 @@ def gate_cmd(
         raise typer.Exit(1)
 
 
-@app.command("plan", cls=JsonFileCommand)
+@app.command("plan")
 def plan_cmd(
     ctx: typer.Context,
     report: Path = typer.Argument(..., help="a report.json, a results folder, or imported MLPerf results"),

@@ -6,8 +6,6 @@
   choices and no value after a flag;
 - the choices the parser checks and the help lists (``--device``, ``--dtype``,
   ``--executor``, ``--backend``, screen's ``--precision`` and ``--recipe``);
-- the old ``--json FILE`` of compare, gate and plan, still read for one
-  release (:func:`legacy_json`, :class:`JsonFileCommand`);
 - errors in the command line's words: click's usage errors (:func:`usage_line`)
   and a session's :class:`~ampcert.errors.BadArgument`, named as the option
   or argument that fed the parameter (:func:`bad_argument_line`).
@@ -140,78 +138,6 @@ def output_of(ctx: typer.Context, as_json: bool = False, json_out: Path | None =
     out.as_json, out.json_out = as_json, json_out
     out.command = ctx.command_path.removeprefix(root.info_name or "").strip()
     return out
-
-
-# --------------------------------------------------------------------------- `--json FILE`, the old spelling
-
-JSON_FILE_DEPRECATED = "--json FILE is deprecated; use --json-out FILE"
-JSON_DASH_DEPRECATED = "--json - is deprecated; use --json"
-
-
-def legacy_json(args: list[str], params: list[Any]) -> tuple[list[str], str | None]:
-    """compare, gate and plan took ``--json FILE`` (``-``: stdout) before --json became
-    a flag: ``args`` (the command's own, after its name) with that spelling rewritten
-    to ``--json-out FILE`` (``--json`` for ``-``), and the warning to print (None where
-    nothing was old).
-
-    ``--json X`` is the old spelling where X is a positional token (not an option,
-    nor an option's value) and the command line has more positional tokens than the
-    command has arguments: read as the flag, X would be one too many (``compare A B
-    --json X``), while ``compare --json A B`` is the flag. ``--json=X`` is always old
-    (a flag takes no value)."""
-    valued = {opt for p in params if p.param_type_name == "option" and not p.is_flag for opt in p.opts}
-    arguments = sum(1 for p in params if p.param_type_name == "argument")
-    positional: list[int] = []
-    i = 0
-    while i < len(args):
-        if args[i] == "--":
-            positional += range(i + 1, len(args))
-            break
-        if args[i] in valued:
-            i += 1  # its value
-        elif args[i] == "-" or not args[i].startswith("-"):
-            positional.append(i)
-        i += 1
-    spare = len(positional) - arguments
-    out: list[str] = []
-    warning = None
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        value = None
-        if arg == "--":
-            out += args[i:]
-            break
-        if arg in valued:
-            out += args[i:i + 2]
-            i += 2
-            continue
-        if arg == "--json" and spare > 0 and i + 1 in positional:
-            value, spare = args[i + 1], spare - 1
-            i += 1
-        elif arg.startswith("--json="):
-            value = arg.removeprefix("--json=")
-        if value is None:
-            out.append(arg)
-        elif value == "-":
-            out.append("--json")
-            warning = warning or JSON_DASH_DEPRECATED
-        else:
-            out += ["--json-out", value]
-            warning = JSON_FILE_DEPRECATED
-        i += 1
-    return out, warning
-
-
-class JsonFileCommand(Command):
-    """A command whose --json took a FILE (compare, gate, plan): that spelling still
-    works for one release, with a warning on stderr (:func:`legacy_json`)."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        args, warning = legacy_json(args, self.params)
-        if warning is not None:
-            output_of(ctx).warning(warning)
-        return super().parse_args(ctx, args)
 
 
 # --------------------------------------------------------------------------- errors

@@ -9,6 +9,7 @@ whole lines that grep and CI logs keep.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -173,8 +174,13 @@ def print_finished(out: Output, done, *, folders: int = 0) -> None:
 def print_signed(out: Output, envelope, warnings: list[str]) -> None:
     """The signature written; the signer's warnings on stderr."""
     for w in warnings:
-        out.stderr.print(f"ampcert: warning: {w}", markup=False, soft_wrap=True)
+        out.warning(w)
     out.console.print(f"signed: {envelope}", markup=False, soft_wrap=True)
+
+
+def print_history_added(console: Console, done: list[tuple[Path, bool]]) -> None:
+    for folder, added in done:
+        line(console, f"{'added' if added else 'already in the store'}: {folder}")
 
 
 def print_verified(console: Console, result) -> None:

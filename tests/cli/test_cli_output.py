@@ -32,7 +32,6 @@ from rich.console import Console
 import ampcert
 from ampcert import cli, resources, session
 from ampcert.cli import views
-from ampcert.cli.options import JSON_DASH_DEPRECATED, JSON_FILE_DEPRECATED, legacy_json
 from ampcert.console import (
     Col,
     Output,
@@ -489,47 +488,19 @@ def test_json_out_writes_the_json_that_json_prints(folder, nights, tmp_path, her
     assert not (tmp_path / "-").exists()
 
 
-def test_json_file_old_spelling_warns_and_still_works(folder, nights, tmp_path, here):
+def test_the_old_json_file_spelling_is_a_usage_error(folder, nights, tmp_path, here):
+    """`--json FILE` (compare, gate and plan until their release of warnings passed) is one
+    usage line and exit 2 now, writing nothing: --json is a flag, --json-out takes the file."""
     for name, args in _json_commands(folder, nights).items():
         if name == "list":
             continue
-        for spelling in ("separate", "equals"):
-            out = tmp_path / f"{name}-{spelling}.json"
-            flag = ["--json", out] if spelling == "separate" else [f"--json={out}"]
-            proc = here(*args[:2], *flag, *args[2:], cwd=tmp_path)  # before the other options, too
-            assert proc.returncode == 0, (name, proc.stdout + proc.stderr)
-            assert proc.stderr == f"ampcert: warning: {JSON_FILE_DEPRECATED}\n", (name, proc.stderr)
-            assert JSON_FILE_DEPRECATED == "--json FILE is deprecated; use --json-out FILE"
-            assert json.loads(out.read_text()) and f"wrote {out}" in proc.stdout, (name, proc.stdout)
-        # `--json -` was stdout: it still is
-        proc = here(*args, "--json", "-", cwd=tmp_path)
-        assert proc.returncode == 0, (name, proc.stdout + proc.stderr)
-        assert json.loads(proc.stdout) and proc.stderr.startswith(f"ampcert: warning: {JSON_DASH_DEPRECATED}\n")
-    assert not (tmp_path / "-").exists()
-
-
-PARAMS = [SimpleNamespace(param_type_name="argument", is_flag=False, opts=[]),
-          SimpleNamespace(param_type_name="argument", is_flag=False, opts=[]),
-          SimpleNamespace(param_type_name="option", is_flag=True, opts=["--json"]),
-          SimpleNamespace(param_type_name="option", is_flag=False, opts=["--json-out"]),
-          SimpleNamespace(param_type_name="option", is_flag=False, opts=["--markdown"])]
-
-
-@pytest.mark.parametrize("args, expect, warning", [
-    (["a", "b", "--json"], ["a", "b", "--json"], None),
-    (["--json", "a", "b"], ["--json", "a", "b"], None),          # the flag, then the two arguments
-    (["a", "--json", "b"], ["a", "--json", "b"], None),
-    (["a", "b", "--json", "f.json"], ["a", "b", "--json-out", "f.json"], JSON_FILE_DEPRECATED),
-    (["--json", "f.json", "a", "b"], ["--json-out", "f.json", "a", "b"], JSON_FILE_DEPRECATED),
-    (["a", "b", "--json=f.json"], ["a", "b", "--json-out", "f.json"], JSON_FILE_DEPRECATED),
-    (["a", "b", "--json", "-"], ["a", "b", "--json"], JSON_DASH_DEPRECATED),
-    (["a", "b", "--markdown", "--json"], ["a", "b", "--markdown", "--json"], None),  # an option's value
-    (["a", "b", "--markdown", "m.md", "--json"], ["a", "b", "--markdown", "m.md", "--json"], None),
-    (["a", "b", "--json-out", "f.json"], ["a", "b", "--json-out", "f.json"], None),
-    (["a", "--", "--json", "b"], ["a", "--", "--json", "b"], None),
-])
-def test_the_old_json_spelling_is_told_from_the_flag(args, expect, warning):
-    assert legacy_json(args, PARAMS) == (expect, warning)
+        out = tmp_path / f"{name}-old.json"
+        proc = here(*args, "--json", out, cwd=tmp_path)
+        assert proc.returncode == 2, (name, proc.stdout + proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, (name, proc.stderr)
+        assert not out.exists() and not proc.stdout.strip(), name
+        proc = here(*args, f"--json={out}", cwd=tmp_path)
+        assert proc.returncode == 2 and not out.exists(), (name, proc.stdout + proc.stderr)
 
 
 def test_a_bad_argument_is_named_as_the_option_that_fed_it(monkeypatch, capsys, folder):
@@ -679,3 +650,40 @@ def test_json_to_an_unwritable_file_is_one_line(folder, tmp_path, here):
                           "cannot write")
     assert_one_line_error(here("report", folder.root, "--json-out", blocker / "summary.json"), "cannot write",
                           "summary.json")
+
+
+def test_keygen_sign_verify_and_the_history_commands_print_json(folder, nights, tmp_path, here):
+    """The commands without a table print their data as JSON too (--json, --json-out FILE)."""
+    signed = tmp_path / "signed"
+    shutil.copytree(folder.signed, signed)
+    proc = here("keygen", tmp_path / "k", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    keys = json.loads(proc.stdout)
+    assert keys["public_key"] == f"{tmp_path / 'k'}.pub" and Path(keys["private_key"]).is_file() and keys["keyid"]
+    proc = here("sign", signed, "--key", tmp_path / "k", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    envelope = Path(json.loads(proc.stdout)["envelope"])
+    assert envelope.is_file() and "signed:" in proc.stderr  # the message on stderr, the data on stdout
+    out = tmp_path / "verified.json"
+    proc = here("verify", envelope, "--pubkey", f"{tmp_path / 'k'}.pub", "--json", "--json-out", out, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    verified = json.loads(proc.stdout)
+    assert verified == json.loads(out.read_text())
+    assert verified["verified"] is True and verified["keyid"] == keys["keyid"]
+    assert {s["name"] for s in verified["subjects"]} == {"report.json", "report.html"}
+    (signed / "report.html").write_text("tampered")
+    proc = here("verify", envelope, "--pubkey", f"{tmp_path / 'k'}.pub", "--json", cwd=tmp_path)
+    assert proc.returncode == 1 and "NOT VERIFIED" in proc.stderr
+    assert json.loads(proc.stdout)["verified"] is False and "report.html" in json.loads(proc.stdout)["reason"]
+
+    night, _ = nights
+    store = str(tmp_path / "h.sqlite")
+    proc = here("history", "add", night, "--store", store, "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout) == [{"folder": str(night), "added": True}]
+    proc = here("history", "add", night, "--store", store, "--json", cwd=tmp_path)
+    assert json.loads(proc.stdout) == [{"folder": str(night), "added": False}]
+    proc = here("history", "plot", tmp_path / "p.svg", "--store", store, "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout) == {"svg": str(tmp_path / "p.svg"), "metric": "samples_per_s"}
+    assert (tmp_path / "p.svg").read_text().startswith("<svg ")

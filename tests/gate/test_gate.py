@@ -233,7 +233,7 @@ def test_injected_slowdown_is_flagged(pair, tmp_path):
         again = pair["again"](attempt)
         base, cand = again[f"base1-{attempt}"], again[f"cand-{attempt}"]
     out_json, out_md = tmp_path / "gate.json", tmp_path / "gate.md"
-    proc = run_cli("compare", base, cand, "--json", out_json, "--markdown", out_md)
+    proc = run_cli("compare", base, cand, "--json-out", out_json, "--markdown", out_md)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     result = gate.GateResult.model_validate_json(out_json.read_text())
     speed = _row(result, DIGITS, "step_samples_per_s")  # steady state: runs x step windows

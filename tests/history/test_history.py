@@ -112,7 +112,7 @@ def test_a_history_of_pure_noise_passes_the_gate(tmp_path):
     store = str(tmp_path / "h.sqlite")
     folders = history(tmp_path, [1.0] * 40, seed=1)
     session.history_add(folders[:-1], store=store)
-    done = run_cli("gate", folders[-1], "--store", store, "--json", tmp_path / "gate.json",
+    done = run_cli("gate", folders[-1], "--store", store, "--json-out", tmp_path / "gate.json",
                    "--markdown", tmp_path / "gate.md")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "PASS: no regression in the history" in done.stdout
