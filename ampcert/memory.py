@@ -29,10 +29,11 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ampcert import formats
 from ampcert.aggregate import REFERENCE, TABLE_ORDER, group_key
+from ampcert.errors import UserError
 from ampcert.results import FailureKind, ResultsDir, ResultSet, RunResult
 from ampcert.spec import MemorySweep, RunSpec
 from ampcert.stored_plan import StoredPlan
@@ -254,17 +255,20 @@ def _more_or_less(saving: float) -> str:
 # --------------------------------------------------------------------------- a results folder's fits
 
 
-def sweep_of(suite_doc: dict[str, Any]) -> MemorySweep | None:
-    """The suite's ``memory:`` as stored in the folder's suite.yaml (plan.json stores the suite's
-    name only); None where there is none, or where it no longer parses (valid when it was run: a
-    suite edited since falls back to the defaults, the device's own memory)."""
-    memory = suite_doc.get("memory")
-    if not isinstance(memory, dict):
+def sweep_of(suite_doc: dict[str, Any], where: object = "suite.yaml") -> MemorySweep | None:
+    """The suite's ``memory:`` as stored in the folder's suite.yaml (``where``; plan.json stores
+    the suite's name only); None where there is none. One that no longer parses (it was valid
+    when the suite ran, so the stored copy was edited since) is a UserError naming it: its
+    budgets, and whether to confirm them, are not guessed from the device's memory instead."""
+    if "memory" not in suite_doc or suite_doc["memory"] is None:
         return None
     try:
-        return MemorySweep.model_validate(memory)
-    except ValueError:
-        return None
+        return MemorySweep.model_validate(suite_doc["memory"])
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        at = ".".join(str(part) for part in first["loc"])
+        raise UserError(f"{where}: memory{'.' + at if at else ''}: {first['msg']} (the stored suite was "
+                        "edited after the run; restore it, or run the sweep again)") from None
 
 
 def folder_fits(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str, Any]) -> list[MemoryFit]:
@@ -294,7 +298,7 @@ def _fits_and_confirmations(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str
     """The fits, and each confirming run with the fit and the budget it confirms."""
     if not rs.memory_runs:
         return [], []
-    sweep = sweep_of(suite_doc)
+    sweep = sweep_of(suite_doc, ResultsDir(rs.root).suite_file)
     budgets = [int(b) for b in sweep.budgets] if sweep is not None else []
     # An emulated smaller card (memory.device_memory) is the device the sweep ran on.
     emulated = next((r.spec.device_memory_limit for r in rs.memory_runs if r.spec.device_memory_limit), None)

@@ -465,3 +465,18 @@ def test_a_cpu_sweep_is_confirmed_at_its_fitted_batch_after_the_sweep_and_once(t
     again = warm_cli("run", "--resume", out)
     assert again.returncode == 0 and "confirming" not in again.stdout, again.stdout + again.stderr
     assert {p: p.read_bytes() for p in (out / "runs").rglob("result.json")} == files
+
+
+def test_a_stored_sweep_edited_after_the_run_is_one_clear_error_not_the_devices_memory(tmp_path):
+    """suite.yaml's `memory:` was valid when the suite ran; edited since into something that
+    does not parse, its budgets are not replaced by the device's memory without a word."""
+    from ampcert.errors import UserError
+    from ampcert.memory import folder_fits
+
+    rs, stored, doc = _sweep_folder(tmp_path, "cpu", {"batch_sizes": [16, 32, 64], "budgets": ["a lot"]},
+                                    _lines("cpu"))
+    with pytest.raises(UserError, match=r"suite\.yaml: memory\.budgets\.0: .*edited after the run"):
+        folder_fits(rs, stored, doc)
+    rs, stored, doc = _sweep_folder(tmp_path / "list", "cpu", ["not", "a", "mapping"], _lines("cpu"))
+    with pytest.raises(UserError, match=r"suite\.yaml: memory: "):
+        folder_fits(rs, stored, doc)
