@@ -18,8 +18,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -132,29 +130,3 @@ class MLLogger:
         self.event(key, value, metadata, INTERVAL_END)
 
 
-@dataclass(frozen=True)
-class Event:
-    line: int
-    key: str
-    value: Any
-    event_type: str
-    time_ms: int
-    metadata: dict
-    namespace: str = ""
-
-
-def read(path: Path) -> Iterator[Event]:
-    """Events in file order; lines without the prefix are ignored, as mllog does.
-
-    Raises ValueError naming the line for a prefixed line that is not a valid event.
-    """
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.startswith(PREFIX):
-                continue
-            try:
-                rec = json.loads(line[len(PREFIX):])
-                yield Event(lineno, rec["key"], rec.get("value"), rec["event_type"],
-                            int(rec["time_ms"]), rec.get("metadata") or {}, rec.get("namespace", ""))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError, RecursionError) as exc:
-                raise ValueError(f"{path}:{lineno}: malformed MLLOG event: {exc}") from None

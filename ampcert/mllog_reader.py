@@ -103,7 +103,7 @@ from ampcert.regular_files import HashedLines, open_regular
 
 __all__ = [
     "MARKER", "EVENT_TYPES", "RUN_STATUSES", "LogEvent", "LogError", "Eval", "TrainingLog",
-    "parse", "iter_events", "read_text", "read", "summarize", "read_training_log", "scan", "Scanned",
+    "parse", "iter_events", "read_text", "read", "summarize", "read_training_log", "scan", "Scanned", "lines_of",
 ]
 
 #: What starts an event in a line; the text before it is a prefix.
@@ -261,18 +261,30 @@ def parse(lines: Iterable[str], source: str, *, in_order: bool = True) -> list[L
     return list(iter_events(lines, source, in_order=in_order))
 
 
-def iter_events(lines: Iterable[str], source: str, *, in_order: bool = True) -> Iterator[LogEvent]:
+def iter_events(lines: Iterable[str], source: str, *, in_order: bool = True,
+                on_bad: Callable[[LogError], None] | None = None) -> Iterator[LogEvent]:
     """:func:`parse`, one event at a time: what :func:`summarize` reads a file through,
-    so no more than one event is held."""
+    so no more than one event is held.
+
+    Strict by default: the first line that is not a whole event (or goes back in time)
+    raises. With ``on_bad``, the tolerant mode, that line's :class:`LogError` is handed to
+    it and the line skipped: for a checker that reports every bad line (``ampcert check``)
+    and for the tail of a log still being written (a command job's progress)."""
     previous: LogEvent | None = None
     for number, raw in enumerate(lines, start=1):
         at = raw.find(MARKER)
         if at < 0:
             continue
-        event = _event(raw, at + len(MARKER), number, source)
-        if in_order and previous is not None and event.time_ms < previous.time_ms:
-            raise LogError(source, number, f"time_ms {_ms(event.time_ms)} is before the previous event's "
-                           f"{_ms(previous.time_ms)} (line {previous.line}): timestamps go backwards")
+        try:
+            event = _event(raw, at + len(MARKER), number, source)
+            if in_order and previous is not None and event.time_ms < previous.time_ms:
+                raise LogError(source, number, f"time_ms {_ms(event.time_ms)} is before the previous event's "
+                               f"{_ms(previous.time_ms)} (line {previous.line}): timestamps go backwards")
+        except LogError as exc:
+            if on_bad is None:
+                raise
+            on_bad(exc)
+            continue
         yield event
         previous = event
 
@@ -338,6 +350,14 @@ def scan(path: str | Path, *, in_order: bool = True, source: str | None = None) 
 #: bytes; a longer line that holds the marker is refused, a longer line of noise skipped,
 #: so that no one line can make the reader hold the file.
 MAX_LINE = 1 << 20
+
+
+@contextlib.contextmanager
+def lines_of(path: str | Path, source: str | None = None) -> Iterator[Iterator[str]]:
+    """The decoded lines of the file at ``path`` (:func:`file_lines`), opened as :func:`read`
+    opens it: a regular file, no link, a :class:`LogError` where it cannot be read."""
+    with _opened(path, source) as pieces:
+        yield file_lines(pieces, source or str(path))
 
 
 @contextlib.contextmanager

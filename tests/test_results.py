@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ampcert import mllog
+from ampcert import mllog, mllog_reader
 from ampcert.backends import loop
 from ampcert.backends.contract import PhaseTimes, TrainOutcome
 from ampcert.errors import UserError
@@ -107,7 +107,7 @@ def test_mllog_roundtrip_and_non_finite_values(tmp_path):
     log.event(mllog.LOSS_SCALE, float("inf"))
     log.end(mllog.RUN_STOP, metadata={"status": "success"})
     log.close()
-    events = list(mllog.read(path))
+    events = list(mllog_reader.read(path))
     assert [e.key for e in events] == ["run_start", "eval_accuracy", "loss_scale", "run_stop"]
     assert events[0].event_type == mllog.INTERVAL_START and events[-1].event_type == mllog.INTERVAL_END
     assert events[1].value == 0.97 and events[1].metadata == {"step": 10}
@@ -115,8 +115,8 @@ def test_mllog_roundtrip_and_non_finite_values(tmp_path):
     assert all(line.startswith(":::MLLOG {") for line in path.read_text().splitlines())
     with path.open("a") as fh:
         fh.write(':::MLLOG {"key": broken\n')
-    with pytest.raises(ValueError, match=r"run.mllog:5: malformed MLLOG event"):
-        list(mllog.read(path))
+    with pytest.raises(mllog_reader.LogError, match=r"run.mllog line 5: MLLOG event is not valid JSON"):
+        list(mllog_reader.read(path))
 
 
 def test_stored_results_read_back_to_the_same_bytes():

@@ -9,14 +9,17 @@ data (``configs/rules/mllog.yaml``)::
     values: [{key: run_stop, field: metadata.status, one_of: [success]}]
 
 Every violation is reported as ``file:line: rule: message``; a missing key
-points at the log's last line. A prefixed line that is not a valid event is
-itself a violation, and the check goes on with the next line.
+points at the log's last line. The log is read by ampcert's one MLLOG reader
+(:mod:`ampcert.mllog_reader`, its tolerant mode): the marker anywhere in a line, as
+MLPerf's tools find it; a marked line that is not a whole event (no valid JSON, no
+``time_ms``, ``key`` or known ``event_type``) is itself a violation, and the check
+goes on with the next line.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -25,7 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ampcert.errors import UserError
-from ampcert.mllog import PREFIX
+from ampcert.mllog_reader import LogError, LogEvent, iter_events, lines_of
 from ampcert.resources import config_path
 
 DEFAULT_RULES = config_path("rules", "mllog.yaml")
@@ -94,37 +97,27 @@ def load_compliance_rules(path: str | Path | None = None) -> ComplianceRules:
         raise UserError(validation_message(str(p), err, data)) from None
 
 
-@dataclass(frozen=True)
-class _Ev:
-    line: int
-    key: str
-    event_type: str
-    value: Any
-    metadata: dict
+def _parse(path: Path) -> tuple[list[LogEvent], list[Violation], int]:
+    """The log's events, read by ampcert's MLLOG reader in its tolerant mode (a marked line that
+    is not a whole event is a ``format`` violation and the check goes on), the violations, and
+    the log's last line number."""
+    bad: list[Violation] = []
+    last = 0
 
+    def note(err: LogError) -> None:
+        bad.append(Violation(str(path), err.line or 0, "format", f"not a valid MLLOG event: {err.detail}"))
 
-def _parse(path: Path) -> tuple[list[_Ev], list[Violation], int]:
-    events, bad, last = [], [], 0
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: expected a readable UTF-8 MLLOG file, got {type(exc).__name__}") from None
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        last = lineno
-        if not line.startswith(PREFIX):
-            continue
-        try:
-            rec = json.loads(line[len(PREFIX):])
-            if not isinstance(rec, dict):
-                raise TypeError("not an object")
-            events.append(_Ev(lineno, str(rec["key"]), str(rec["event_type"]), rec.get("value"),
-                              rec.get("metadata") or {}))
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:  # ValueError: also 5000-digit ints
-            bad.append(Violation(str(path), lineno, "format", f"not a valid MLLOG event ({type(exc).__name__})"))
+    def counted(lines: Iterator[str]) -> Iterator[str]:
+        nonlocal last
+        for last, line in enumerate(lines, start=1):  # noqa: B007 - the count is what is kept
+            yield line
+
+    with lines_of(path) as lines:
+        events = list(iter_events(counted(lines), str(path), in_order=False, on_bad=note))
     return events, bad, last
 
 
-def _field(ev: _Ev, field: str) -> tuple[bool, Any]:
+def _field(ev: LogEvent, field: str) -> tuple[bool, Any]:
     if field == "value":
         return True, ev.value
     cur: Any = ev.metadata
@@ -144,7 +137,7 @@ def check_log(path: str | Path, rules: ComplianceRules) -> list[Violation]:
     p = Path(path)
     events, out, last = _parse(p)
     where = str(p)
-    by_key: dict[str, list[_Ev]] = {}
+    by_key: dict[str, list[LogEvent]] = {}
     for ev in events:
         by_key.setdefault(ev.key, []).append(ev)
     for kr in rules.keys:

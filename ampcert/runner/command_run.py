@@ -47,6 +47,7 @@ from typing import IO, Any
 
 from ampcert import mllog
 from ampcert.command import job_environment, job_values, render
+from ampcert.mllog_reader import LogEvent, iter_events
 from ampcert.results import FailureKind, ResultsDir, RunResult, atomic_write_json, read_regular_file
 from ampcert.runner import signals
 from ampcert.runner.code_identity import job_source
@@ -83,23 +84,13 @@ def _last_line(path: Path, limit: int = 240) -> str | None:
 
 
 class _LogTail(Tail):
-    """MLLOG events appended since the last read, leniently (progress only; the result
-    reads the whole log strictly once the job is over)."""
+    """MLLOG events appended since the last read, by the one MLLOG reader in its tolerant mode
+    (progress only: a line not yet whole is skipped; the result reads the whole log strictly
+    once the job is over)."""
 
-    def read(self) -> list[dict[str, Any]]:
-        events = []
-        for raw in self.new_lines():
-            line = raw.decode("utf-8", "replace")
-            at = line.find(mllog.PREFIX)
-            if at < 0:
-                continue
-            try:
-                event = json.loads(line[at + len(mllog.PREFIX):])
-            except ValueError:
-                continue
-            if isinstance(event, dict):
-                events.append(event)
-        return events
+    def read(self) -> list[LogEvent]:
+        lines = (raw.decode("utf-8", "replace") for raw in self.new_lines())
+        return list(iter_events(lines, str(self.path), in_order=False, on_bad=lambda _: None))
 
 
 class _Tree:
@@ -292,17 +283,16 @@ class CommandRun:
         out = []
         tel = self.telemetry
         for event in self.tail.read():
-            key = event.get("key")
-            phase = _PHASE_AFTER.get(str(key))
+            phase = _PHASE_AFTER.get(event.key)
             if tel is not None and phase is not None:
                 try:
                     tel.phase(phase)
                 except RuntimeError:  # sampling already stopped
                     pass
-            if key == mllog.EVAL_ACCURACY and isinstance(event.get("value"), (int, float)):
-                meta = event.get("metadata")
-                samples = meta.get("samples_count") if isinstance(meta, dict) else None
-                out.append({"step": samples if isinstance(samples, int) else 0, "metric": float(event["value"]),
+            if event.key == mllog.EVAL_ACCURACY and isinstance(event.value, (int, float)) \
+                    and not isinstance(event.value, bool):
+                samples = event.metadata.get("samples_count")
+                out.append({"step": samples if isinstance(samples, int) else 0, "metric": float(event.value),
                             "loss": None})
         return out
 

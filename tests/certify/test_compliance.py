@@ -65,3 +65,16 @@ def test_check_cli_on_real_logs_and_bad_ones(tmp_path):
     rules.write_text("name: r\nkeys:\n  - {key: a, count: sometimes}\n")
     proc = warm_cli("check", good, "--rules", rules)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_events_after_a_rank_prefix_count_and_an_event_without_a_time_is_a_format_violation(tmp_path):
+    """The one MLLOG reader finds the marker anywhere in a line, as MLPerf's tools do (a
+    multi-rank job's `0: :::MLLOG ...`); a marked line that is not a whole event, such as
+    one without its time_ms, is a format violation on its line, and the check goes on."""
+    path = _log(tmp_path / "ranks.mllog", GOOD)
+    path.write_text("".join(f"0: {line}\n" if line.startswith(":::MLLOG") else f"{line}\n"
+                            for line in path.read_text().splitlines()))
+    assert check_log(path, load_compliance_rules()) == []
+    path.write_text(path.read_text() + '0: :::MLLOG {"key": "x", "event_type": "POINT_IN_TIME", "value": 1}\n')
+    (bad,) = check_log(path, load_compliance_rules())
+    assert (bad.line, bad.rule) == (17, "format") and "no time_ms" in bad.message

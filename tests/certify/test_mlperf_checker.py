@@ -13,7 +13,7 @@ import pytest
 from conftest import assert_one_line_error
 from factories import warm_cli  # `ampcert` forked warm: 2-3 s less a command than a cold start
 
-from ampcert import mllog
+from ampcert import mllog, mllog_reader
 from ampcert.certify.mlperf import check_common
 
 WORKLOADS = ["digits", "resnet", "gpt", "underflow", "overflow"]
@@ -103,7 +103,7 @@ def test_check_mlperf_cli_one_line_per_violation(results, tmp_path):
 
 def test_bf16_gpt_discloses_what_it_measured(results):
     run = _runs(results)[("gpt", "bf16")]
-    events = {e.key: e for e in mllog.read(run / "run.mllog")}
+    events = {e.key: e for e in mllog_reader.read(run / "run.mllog")}
     assert events[mllog.LOWEST_PRECISION_LINEAR].value == "bfloat16"
     assert events[mllog.LOWEST_PRECISION_ATTN].value == "bfloat16"
     assert events[mllog.LOWEST_PRECISION_COMM].value == "fp32"
@@ -120,14 +120,14 @@ def test_bf16_gpt_discloses_what_it_measured(results):
 
 def test_a_model_without_attention_says_attn_was_not_observed(results):
     run = _runs(results)[("resnet", "fp16")]
-    events = {e.key: e for e in mllog.read(run / "run.mllog")}
+    events = {e.key: e for e in mllog_reader.read(run / "run.mllog")}
     assert events[mllog.LOWEST_PRECISION_LINEAR].value == "fp16"
     attn = events[mllog.LOWEST_PRECISION_ATTN]
     assert attn.value == "fp16" and attn.metadata == {"observed": False, "reason": "no attention ops"}
 
 
 def test_submission_defaults_and_config_filename(results):
-    events = {e.key: e.value for e in mllog.read(_runs(results)[("digits", "fp32")] / "run.mllog")}
+    events = {e.key: e.value for e in mllog_reader.read(_runs(results)[("digits", "fp32")] / "run.mllog")}
     assert events["submission_org"] == "ampcert-user" and events["submission_platform"]
     assert events["submission_division"] == "open" and events["submission_status"] == "research"
     assert events["config_filename"] == "mlperf.yaml"

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 from conftest import REPO
 
-from ampcert import mllog, track
+from ampcert import mllog, mllog_reader, track
 
 
 def lines(path) -> list[dict]:
@@ -56,7 +56,7 @@ def test_a_run_is_logged_in_mlperfs_format(tmp_path):
     assert events[6]["metadata"]["observed"] is False
     assert events[-1]["metadata"] == {"status": "success"}
     # and ampcert's own reader takes it
-    assert [e.key for e in mllog.read(path)] == keys(events)
+    assert [e.key for e in mllog_reader.read(path)] == keys(events)
 
 
 def test_path_and_seed_come_from_the_environment(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ import pytest
 from conftest import snapshot
 from factories import warm_cli
 
-from ampcert import mllog
+from ampcert import mllog_reader
 from ampcert.results import ResultsDir, load
 
 TINY = """
@@ -52,7 +52,7 @@ def test_run_writes_results_logs_and_summary(tiny, tmp_path):
         assert r.flops_per_step > 0 and r.achieved_flops > 0 and r.mfu > 0
         assert r.peak_flops.method.startswith("measured: 512x512 ")
         assert 0 < r.data_share < 1
-        events = list(mllog.read(ResultsDir(out).mllog_file(r.run_id)))
+        events = list(mllog_reader.read(ResultsDir(out).mllog_file(r.run_id)))
         keys = [e.key for e in events]
         # MLPerf's common rules want a cache_clear before init_start.
         assert keys[:2] == ["cache_clear", "init_start"] and keys[-1] == "run_stop"
@@ -110,7 +110,7 @@ def test_failures_are_isolated_and_explained(tmp_path, write_suite):
     rd = ResultsDir(out)
     raising = by_label["raising"].run_id
     assert "injected failure" in (rd.run_dir(raising) / "error.txt").read_text()  # traceback kept on disk
-    last = list(mllog.read(rd.mllog_file(raising)))[-1]
+    last = list(mllog_reader.read(rd.mllog_file(raising)))[-1]
     assert last.key == "run_stop" and last.metadata["status"] == "aborted"
 
 

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 from conftest import run_cli
 
-from ampcert import mllog
+from ampcert import mllog_reader
 from ampcert.results import ResultsDir, load
 from ampcert.spec import expand, parse_suite
 
@@ -65,7 +65,7 @@ def test_a_cpu_run_reports_host_telemetry_and_why_gpu_telemetry_is_missing(tmp_p
     assert {"init", "train", "eval"} <= set(df.phase) and "host.rss_bytes" in df.columns
     assert tel["phases_s"]["train"] > 0 and tel["phases_s"]["eval"] > 0
     # MLLOG carries energy_j (null with the reason where unmeasured) before run_stop.
-    keys = [e.key for e in mllog.read(rd.mllog_file(r.run_id))]
+    keys = [e.key for e in mllog_reader.read(rd.mllog_file(r.run_id))]
     assert keys[-2:] == ["energy_j", "run_stop"]
     summary = json.loads((out / "summary.json").read_text())
     assert "energy_j_per_sample" in summary["runs"][0] and "J/sample" in (out / "summary.html").read_text()
