@@ -11,8 +11,9 @@ a step that would start past it is recorded "not run: budget"):
    and TF32's, which ampcert certifies as no precision of its own (fp32 runs keep it off);
 3. **suites**: the vision (``resnet``) and language (``gpt``) workloads trained through
    ``ampcert run`` in every precision the card has (fp32, bf16, fp16, and fp8 and mxfp8
-   where it runs them; ``unaccelerated: skip`` leaves out what it does not), with a memory
-   sweep. Per precision: samples/s and speedup over fp32, MFU, joules per sample (NVML's
+   where it runs them; ``unaccelerated: skip`` leaves out what it does not), and a memory
+   sweep in fp32 and bf16, each suite with its own time limit (what a suite cut short
+   stored is still read). Per precision: samples/s and speedup over fp32, MFU, joules per sample (NVML's
    energy counter), peak memory, and the sweep's fitted bytes per sample;
 4. **AMP engine against native**: ``dispatch_overhead.py`` (per-op dispatch),
    ``gpt_step_overhead.py`` in bf16 and in fp16 (whose row prices the loss scaler), and
@@ -140,23 +141,33 @@ def matmul_rates(device: str, precisions: list[str]) -> dict:
     return rates
 
 
-def suite(device: str, cfg: dict) -> dict:
+def suites(device: str, cfg: dict) -> dict[str, dict]:
+    """Two suites, so that each has its own time limit: every precision trained once (speed,
+    MFU, energy, peak memory), and the memory sweep in fp32 and bf16 (bytes per sample)."""
     train = {"steps": cfg["steps"], "eval_every": cfg["eval_every"]}
-    return {"name": "gpu-evidence", "description": "benchmarks/gpu_evidence.py: every precision, vision and language",
-            "amp": "native", "device": device, "precisions": cfg["precisions"], "seeds": [0],
-            "unaccelerated": "skip", "timeout_s": 600,
-            "memory": {"batch_sizes": cfg["sweep"], "steps": 4, "confirm": False},
-            "workloads": [{"workload": "resnet", "params": {"size": cfg["size"]}, "train": train},
-                          {"workload": "gpt", "params": {"size": cfg["size"]}, "train": train}]}
+    workloads = [{"workload": "resnet", "params": {"size": cfg["size"]}, "train": train},
+                 {"workload": "gpt", "params": {"size": cfg["size"]}, "train": train}]
+    common = {"amp": "native", "device": device, "seeds": [0], "unaccelerated": "skip", "timeout_s": 300}
+    return {
+        "precisions": {"name": "gpu-evidence", "description": "benchmarks/gpu_evidence.py: every precision",
+                       **common, "precisions": cfg["precisions"], "workloads": workloads},
+        # The sweep's suite trains its own runs too: 2 steps each, as benchmarks/memory_sweep.py does.
+        "memory": {"name": "gpu-evidence-memory", "description": "benchmarks/gpu_evidence.py: the memory sweep",
+                   **common, "precisions": ["fp32", "bf16"],
+                   "workloads": [{**w, "train": {"steps": 2, "eval_every": 2}} for w in workloads],
+                   "memory": {"batch_sizes": cfg["sweep"], "steps": 4, "confirm": False}},
+    }
 
 
-def suite_figures(out: Path) -> dict:
-    """Per workload and precision: speed, MFU, energy, memory, and the sweep's fitted line."""
+def suite_figures(out: Path, memory: Path) -> dict:
+    """Per workload and precision: speed, MFU, energy, memory, and the sweep's fitted line;
+    from whatever each folder holds (a suite cut short by its time limit is evidence too, and
+    its step says it was cut)."""
     from ampcert.memory import fit_sweep
     from ampcert.results import load
 
-    rs = load(out)
-    rows = rs.frame().to_dict("records") if rs.runs else []
+    rs = load(out) if out.is_dir() else None
+    rows = rs.frame().to_dict("records") if rs is not None and rs.runs else []
     fp32 = {r["workload"]: r["samples_per_s"] for r in rows if r["precision"] == "fp32" and r["samples_per_s"]}
     figures = []
     for r in rows:
@@ -164,8 +175,9 @@ def suite_figures(out: Path) -> dict:
         figures.append({k: r.get(k) for k in ("workload", "precision", "status", "reason", "samples_per_s", "mfu",
                                               "energy_j_per_sample", "peak_memory_bytes", "final_metric")}
                        | {"speedup_vs_fp32": r["samples_per_s"] / base if base and r["samples_per_s"] else None})
+    swept = load(memory).memory_runs if memory.is_dir() else []
     fits = [{"workload": f.subject.workload, "precision": f.subject.precision, "bytes_per_sample": f.bytes_per_sample,
-             "fixed_bytes": f.fixed_bytes, "note": f.note} for f in fit_sweep(rs.memory_runs)]
+             "fixed_bytes": f.fixed_bytes, "note": f.note} for f in fit_sweep(swept)]
     return {"runs": figures, "memory_fits": fits}
 
 
@@ -253,11 +265,16 @@ def main(argv: list[str] | None = None) -> int:
                 "quick": args.quick, "work": str(work), "machine": machine(args.device), "steps": {}}
     ev["matmul"] = matmul_rates(args.device, cfg["precisions"])
 
-    suite_file = work / "suite.yaml"
-    suite_file.write_text(yaml.safe_dump(suite(args.device, cfg), sort_keys=False))
-    results = work / "results"
-    if _step(ev, "suites", [py, "-m", "ampcert", "run", str(suite_file), "--out", str(results)], 300, deadline) is not None:
-        ev["suites"] = suite_figures(results) if results.is_dir() else None
+    folders = {}
+    for name, doc in suites(args.device, cfg).items():
+        suite_file, folders[name] = work / f"{name}.yaml", work / name
+        suite_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+        _step(ev, f"suite: {name}", [py, "-m", "ampcert", "run", str(suite_file), "--out", str(folders[name])],
+              {"precisions": 200, "memory": 100}[name], deadline)
+    try:
+        ev["suites"] = suite_figures(folders["precisions"], folders["memory"])
+    except Exception as exc:  # noqa: BLE001 - a folder a timed-out run left unreadable: said, not fatal
+        ev["suites"] = {"runs": [], "memory_fits": [], "unreadable": f"{type(exc).__name__}: {exc}"}
 
     amp: dict = {}
     dispatch = work / "dispatch.json"

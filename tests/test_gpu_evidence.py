@@ -22,7 +22,7 @@ def test_the_quick_cpu_run_measures_every_step_and_writes_the_page(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ev = json.loads((tmp_path / "evidence.json").read_text())
     steps = {name: s["status"] for name, s in ev["steps"].items()}
-    assert steps == {"suites": "ok", "dispatch": "ok", "gpt step bf16": "ok", "gpt step fp16": "ok",
+    assert steps == {"suite: precisions": "ok", "suite: memory": "ok", "dispatch": "ok", "gpt step bf16": "ok", "gpt step fp16": "ok",
                      "gpt step compiled": "ok", "audit": "ok", "gpu tests": "not run"}, ev["steps"]
     assert ev["machine"]["device"] == "cpu" and ev["machine"]["torch"] and "cpu_flags" in ev["machine"]
     assert ev["matmul"]["fp32"]["tflops"] > 0 and ev["matmul"]["bf16"]["tflops"] > 0
