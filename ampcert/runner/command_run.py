@@ -88,7 +88,7 @@ class _LogTail(Tail):
     (progress only: a line not yet whole is skipped; the result reads the whole log strictly
     once the job is over)."""
 
-    def read(self) -> list[LogEvent]:
+    def events(self) -> list[LogEvent]:
         lines = (raw.decode("utf-8", "replace") for raw in self.new_lines())
         return list(iter_events(lines, str(self.path), in_order=False, on_bad=lambda _: None))
 
@@ -282,7 +282,7 @@ class CommandRun:
     def _read_log(self) -> list[dict[str, Any]]:
         out = []
         tel = self.telemetry
-        for event in self.tail.read():
+        for event in self.tail.events():
             phase = _PHASE_AFTER.get(event.key)
             if tel is not None and phase is not None:
                 try:
