@@ -27,7 +27,7 @@ from ampcert.errors import UserError
 
 __all__ = [
     "YAML_MAX_DEPTH", "YAML_MAX_VALUES", "canonical_json", "field_path", "load_yaml", "parse_model",
-    "read_yaml", "valid_fields", "validation_message", "yaml_problem", "yaml_size_problem",
+    "read_yaml", "read_yaml_file", "valid_fields", "validation_message", "yaml_problem", "yaml_size_problem",
 ]
 
 M = TypeVar("M", bound=BaseModel)
@@ -222,19 +222,31 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
 
 def read_yaml(path: str | Path, what: str = "file") -> Any:
     """Parse a YAML file, turning every way it can fail into a UserError."""
+    return read_yaml_file(path, what)[0]
+
+
+def read_yaml_file(path: str | Path, what: str = "file", *, mapping: str | None = None) -> tuple[Any, bytes]:
+    """The one YAML file reader: the parsed data and the file's bytes (what a digest is
+    taken over), every way it can fail a UserError naming the file (missing, a folder, not
+    readable UTF-8, malformed at line and column, or, with ``mapping``, a top level that is
+    not a mapping: ``mapping`` says what it should hold)."""
     p = Path(path)
     if not p.exists():
         raise UserError(f"{p}: {what} not found")
     if p.is_dir():
         raise UserError(f"{p}: expected a {what}, found a folder")
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{p}: cannot read {what}: {exc}") from None
     try:
-        return load_yaml(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise UserError(f"{p}: malformed YAML{at}: {problem}") from None
+    if mapping is not None and not isinstance(data, dict):
+        raise UserError(f"{p}: expected a mapping of {mapping} at the top level, got {type(data).__name__}")
+    return data, raw

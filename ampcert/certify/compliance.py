@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ampcert.errors import UserError
@@ -80,17 +79,10 @@ class Violation:
 
 
 def load_compliance_rules(path: str | Path | None = None) -> ComplianceRules:
-    from ampcert.configio import load_yaml, validation_message
+    from ampcert.configio import read_yaml_file, validation_message
 
     p = Path(path) if path else DEFAULT_RULES
-    try:
-        data = load_yaml(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(f"{p}: expected a readable rule file, got {type(exc).__name__}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise UserError(f"{p}: YAML: expected well-formed YAML, got {' '.join(str(exc).split())[:120]}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{p}: expected a mapping at the top level, got {type(data).__name__}")
+    data, _ = read_yaml_file(p, "compliance rule file", mapping="rules")
     try:
         return ComplianceRules.model_validate(data)
     except ValidationError as err:

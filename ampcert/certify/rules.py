@@ -31,7 +31,6 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ampcert.amp.precision import LOW_PRECISIONS, Precision
@@ -298,7 +297,7 @@ def _not_found(text: str, candidates: list[Path], *, named: bool) -> str:
 def load_rules(ref: str | Path | None = None, base_dir: Path | None = None) -> RulePack:
     """A rule pack from a path or a shipped name (``default``, ``procurement``);
     raises UserError with one line on any problem."""
-    from ampcert.configio import load_yaml, validation_message, yaml_problem
+    from ampcert.configio import read_yaml_file, validation_message
 
     text = str(ref or "default")
     candidates = []
@@ -317,15 +316,7 @@ def load_rules(ref: str | Path | None = None, base_dir: Path | None = None) -> R
     path = next((c for c in candidates if c.is_file()), None)
     if path is None:
         raise UserError(_not_found(text, candidates, named=named))
-    try:
-        raw = path.read_bytes()
-        data = load_yaml(raw.decode("utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: expected a readable UTF-8 rule file, got {type(exc).__name__}") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: YAML: expected well-formed YAML, got {yaml_problem(exc)}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping with name and rules at the top level, got {type(data).__name__}")
+    data, raw = read_yaml_file(path, "rule file", mapping="name and rules")
     rules = data.get("rules")
     if isinstance(rules, list):
         for i, rule in enumerate(rules):

@@ -16,10 +16,9 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from ampcert.configio import load_yaml, parse_model, yaml_problem
+from ampcert.configio import parse_model, read_yaml_file
 from ampcert.errors import UserError
 from ampcert.resources import config_path, shipped_label
 
@@ -103,16 +102,7 @@ class GateConfig(GateModel):
 
 
 def _read_yaml_mapping(path: Path) -> tuple[dict[str, Any], bytes]:
-    try:
-        raw = path.read_bytes()
-        data = load_yaml(raw.decode("utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: expected a readable UTF-8 gate file, got {type(exc).__name__}") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: YAML: expected well-formed YAML, got {yaml_problem(exc)}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping of gate settings at the top level, got {type(data).__name__}")
-    return data, raw
+    return read_yaml_file(path, "gate file", mapping="gate settings")
 
 
 def _overlay(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
