@@ -58,7 +58,9 @@ class MemoryPoint(_Model):
                     "process, the CUDA context and the evaluation included); absent without NVML")
 
 
-class DoesNotFit(_Model):
+class UnfitBatch(_Model):
+    """A sweep point whose batch did not fit (the run that found it, and its reason)."""
+
     batch: int
     run_id: str
     reason: str
@@ -99,7 +101,7 @@ class MemoryFit(_Model):
     subject: Subject
     method: str = Field(description="what each peak includes (the runs' measurement)")
     points: list[MemoryPoint]
-    does_not_fit: list[DoesNotFit] = Field(default_factory=list)
+    does_not_fit: list[UnfitBatch] = Field(default_factory=list)
     fixed_bytes: float | None = None
     bytes_per_sample: float | None = None
     fixed_stderr: float | None = None
@@ -161,7 +163,7 @@ def fit_sweep(runs: Iterable[RunResult], budgets: Iterable[int] = (), device_byt
 def _fit(subject: Subject, runs: list[RunResult], budgets: list[tuple[int, str]]) -> MemoryFit:
     measured = sorted(((r.spec.batch_size or 0, r) for r in runs
                        if r.status == "completed" and r.peak_memory is not None), key=lambda t: t[0])
-    too_big = sorted((DoesNotFit(batch=r.spec.batch_size or 0, run_id=r.run_id, reason=r.reason or "")
+    too_big = sorted((UnfitBatch(batch=r.spec.batch_size or 0, run_id=r.run_id, reason=r.reason or "")
                       for r in runs if r.failure == FailureKind.OUT_OF_MEMORY), key=lambda d: d.batch)
     failed = [r for r in runs if r.status != "completed" and r.failure != FailureKind.OUT_OF_MEMORY]
     methods = sorted({r.peak_memory.method for _, r in measured if r.peak_memory is not None})

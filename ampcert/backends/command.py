@@ -33,7 +33,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ampcert.backends.contract import NonFiniteLoss, PhaseTimes, RunFailed, TrainOutcome
+from ampcert.backends.contract import LossNotFinite, PhaseTimes, RunFailed, TrainOutcome
 from ampcert.mllog_reader import LogError, TrainingLog, read_training_log
 from ampcert.results import EvalPoint, LowestPrecision, Measured, Phases
 from ampcert.spec import RunSpec
@@ -97,7 +97,7 @@ def outcome(spec: RunSpec, log_path: Path, telemetry: Any, *, argv: list[str], r
     judged = log.of(job.metric)  # the suite's metric's evaluations (all of them, where the log names one)
     diverged = next((ev for ev in judged if not math.isfinite(ev.value)), None)
     if diverged is not None:  # judged as diverged (parity, numerics), as ampcert's own loop stops on one
-        raise NonFiniteLoss(f"{name} line {diverged.line}: the job's eval_accuracy is {diverged.value}: "
+        raise LossNotFinite(f"{name} line {diverged.line}: the job's eval_accuracy is {diverged.value}: "
                             "the run diverged")
     if log.seed is not None and log.seed != spec.seed:
         raise JobFailed(f"{name}: the job logged seed {log.seed} where the run's is {spec.seed}: "

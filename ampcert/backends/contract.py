@@ -15,7 +15,7 @@ A run that cannot go on raises: a :class:`RunFailed` says why in its message,
 and its class says what kind of failure it is, so nobody reads the message to
 decide. The worker (:mod:`ampcert.runner.worker`) records every exception as a failed
 RunResult, its ``failure`` (a :class:`~ampcert.results.FailureKind`) from the
-exception's type: :class:`NonFiniteLoss` is ``NON_FINITE``,
+exception's type: :class:`LossNotFinite` is ``NON_FINITE``,
 :class:`Unsupported` ``UNSUPPORTED``, another RunFailed or any other
 exception ``ERROR`` (a ``UserError``: ``BAD_INPUT``).
 """
@@ -39,7 +39,7 @@ class RunFailed(Exception):
     """The run cannot go on; the message is the reason, recorded as it is."""
 
 
-class NonFiniteLoss(RunFailed):
+class LossNotFinite(RunFailed):
     """The training loss or the evaluation metric became inf or NaN: a finding
     about the precision (fp16 without loss scaling is expected to produce one)."""
 

@@ -47,7 +47,7 @@ import numpy as np
 from ampcert import mllog
 from ampcert.amp.precision import LOW_PRECISIONS, dtype_name
 from ampcert.backends import jax_precision, loop
-from ampcert.backends.contract import DoesNotFit, NonFiniteLoss, TrainOutcome, Unsupported
+from ampcert.backends.contract import DoesNotFit, LossNotFinite, TrainOutcome, Unsupported
 from ampcert.resources import shipped_label
 from ampcert.results import EvalPoint, Measured
 from ampcert.spec import RunSpec
@@ -254,7 +254,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
         evals.append(EvalPoint(step=step, samples=samples, train_time_s=train_s, value=value))
         scaling.log_eval(log, step)
         if not math.isfinite(value):
-            raise NonFiniteLoss(f"eval {workload.metric} is {value} at step {step}")
+            raise LossNotFinite(f"eval {workload.metric} is {value} at step {step}")
         ok = [v for v in values if math.isfinite(v)]
         progress({"step": step, "limit": limit, "metric": value,
                   "loss": sum(ok) / len(ok) if ok else float("nan")})

@@ -22,7 +22,7 @@ import numpy as np
 
 from ampcert import mllog
 from ampcert.backends.contract import (
-    NonFiniteLoss,
+    LossNotFinite,
     PhaseTimes,
     RunFailed,
     TrainOutcome,
@@ -444,10 +444,10 @@ class NoLossScaling:
     scaler derives from it and passes the loss and the step through."""
 
     def check_window(self, finite: Sequence[bool], step: int, precision: str) -> None:
-        """Raise :class:`NonFiniteLoss` if the window of losses ending at ``step`` may not go on."""
+        """Raise :class:`LossNotFinite` if the window of losses ending at ``step`` may not go on."""
         if not all(finite):
             bad = step - len(finite) + 1 + list(finite).index(False)
-            raise NonFiniteLoss(f"non-finite loss at step {bad} ({precision}, no loss scaling)")
+            raise LossNotFinite(f"non-finite loss at step {bad} ({precision}, no loss scaling)")
 
     def log_eval(self, log: mllog.MLLogger, step: int) -> None:
         """The loss-scaling events of an evaluation (none)."""
@@ -469,7 +469,7 @@ class DynamicLossScaling(NoLossScaling):
 
     def check_window(self, finite: Sequence[bool], step: int, precision: str) -> None:
         if not any(finite):
-            raise NonFiniteLoss(f"loss non-finite for all {len(finite)} steps up to step {step} despite loss scaling")
+            raise LossNotFinite(f"loss non-finite for all {len(finite)} steps up to step {step} despite loss scaling")
 
     def log_eval(self, log: mllog.MLLogger, step: int) -> None:
         scales, skipped = self.trajectory()

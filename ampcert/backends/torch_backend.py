@@ -38,7 +38,7 @@ from ampcert.amp.precision import FP8_PRECISIONS, autocast_precision, dtype_name
 from ampcert.backends import distributed, loop, torch_fp8, torch_mkl, torch_precision
 from ampcert.backends.contract import (  # noqa: F401 - RunFailed: part of this module's API
     DoesNotFit,
-    NonFiniteLoss,
+    LossNotFinite,
     RunFailed,
     TrainOutcome,
     Unsupported,
@@ -443,7 +443,7 @@ def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] 
                     break
                 continue
         if not math.isfinite(value):
-            raise NonFiniteLoss(f"eval {workload.metric} is {value} at step {step}")
+            raise LossNotFinite(f"eval {workload.metric} is {value} at step {step}")
         progress({"step": step, "limit": limit, "metric": value,
                   "loss": float(window_losses[finite].mean()) if finite.any() else float("nan")})
 

@@ -103,7 +103,7 @@ class PowerLog(_Model):
     bytes: int
 
 
-class Precision(_Model):
+class DisclosedPrecision(_Model):
     disclosed: str = Field(description=f"what the logs disclose (lowest precision per category), or '{NOT_DISCLOSED}'")
     sw_notes: str = Field(default="", description="the system description's free-text notes, verbatim (not parsed)")
 
@@ -120,7 +120,7 @@ class PublishedBenchmark(_Model):
     division: str
     availability: str = Field(description="the system description's status")
     fingerprint: SystemFingerprint
-    precision: Precision
+    precision: DisclosedPrecision
     logs: list[PublishedLog]
     power_logs: list[PowerLog] = Field(default_factory=list, description="the power logs, copied and digested as "
                                        "the result logs are (energy names the ones each run's figure comes from)")
@@ -214,7 +214,7 @@ def _log(where: BenchmarkFolder, read: Scanned, run: RunTime, log: TrainingLog |
                         problem=None if log else run.dropped)  # the reader's refusal, when it refused the log
 
 
-def _precision(logs: list[TrainingLog], fingerprint: SystemFingerprint) -> Precision:
+def _precision(logs: list[TrainingLog], fingerprint: SystemFingerprint) -> DisclosedPrecision:
     """What every readable log discloses alike (MLPerf 6.x's lowest_numerical_precision_* keys)."""
     seen = {tuple(sorted(log.lowest_precision.items())) for log in logs}
     disclosed = NOT_DISCLOSED
@@ -222,7 +222,7 @@ def _precision(logs: list[TrainingLog], fingerprint: SystemFingerprint) -> Preci
         disclosed = ", ".join(f"{category} {dtype}" for category, dtype in only)
     elif len(seen) > 1:
         disclosed = "the logs disclose different precisions"
-    return Precision(disclosed=disclosed, sw_notes=fingerprint.sw_notes)
+    return DisclosedPrecision(disclosed=disclosed, sw_notes=fingerprint.sw_notes)
 
 
 def _relative(value: Any, root: str) -> Any:

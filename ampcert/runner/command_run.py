@@ -207,7 +207,7 @@ class CommandRun:
                                           environment={"ampcert": __version__, "code": self.source})
             except reading.JobFailed as exc:
                 reason = str(exc)
-            except reading.NonFiniteLoss as exc:  # the job's evaluations diverged: judged as such
+            except reading.LossNotFinite as exc:  # the job's evaluations diverged: judged as such
                 reason, failure = str(exc), FailureKind.NON_FINITE
             else:
                 self.telemetry = None

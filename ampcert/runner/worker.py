@@ -21,7 +21,7 @@ from typing import Any
 from ampcert import mllog
 from ampcert.backends.contract import (
     DoesNotFit,
-    NonFiniteLoss,
+    LossNotFinite,
     RunFailed,
     TrainOutcome,
     Unsupported,
@@ -79,7 +79,7 @@ def exit_with(pid: int, interval_s: float = 0.2) -> None:
 # The kind of a run's failure, by the exception's type (the first that matches);
 # anything else is an error in the training code.
 FAILURE_KINDS: tuple[tuple[type[Exception], FailureKind], ...] = (
-    (NonFiniteLoss, FailureKind.NON_FINITE),
+    (LossNotFinite, FailureKind.NON_FINITE),
     (DoesNotFit, FailureKind.OUT_OF_MEMORY),
     (Unsupported, FailureKind.UNSUPPORTED),
     (RunFailed, FailureKind.ERROR),

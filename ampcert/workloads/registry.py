@@ -42,7 +42,7 @@ BUILTIN: dict[str, str] = {
 ENTRY_POINT_GROUP = "ampcert.workloads"
 
 
-class WorkloadEntry(Protocol):
+class WorkloadRef(Protocol):
     """What the registry reads of a suite's workload entry: the workload's
     name and its params as written. :class:`ampcert.spec.WorkloadEntry` meets
     it; the registry sits below the suite model and never imports it."""
@@ -98,7 +98,7 @@ def get(name: str) -> Workload:
     return obj
 
 
-def validate_entry(entry: WorkloadEntry, where: str) -> None:
+def validate_entry(entry: WorkloadRef, where: str) -> None:
     """Check an entry's workload and params, and (cheaply) its data sources."""
     from ampcert.workloads.base import DataError
 
@@ -115,7 +115,7 @@ def validate_entry(entry: WorkloadEntry, where: str) -> None:
             raise UserError(f"{where}: data: {exc}") from None
 
 
-def _params_message(source: str, err: ValidationError, entry: WorkloadEntry, workload: Workload) -> str:
+def _params_message(source: str, err: ValidationError, entry: WorkloadRef, workload: Workload) -> str:
     """One line for a params problem; an unknown parameter gets the closest one and the
     workload's parameters (or that it takes none), not the suite's field words."""
     from difflib import get_close_matches
@@ -136,20 +136,20 @@ def _params_message(source: str, err: ValidationError, entry: WorkloadEntry, wor
             + (f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""))
 
 
-def _name(entry: WorkloadEntry) -> str:
+def _name(entry: WorkloadRef) -> str:
     if entry.workload is None:
         raise UserError("a `command` entry runs a team's own job, not one of ampcert's workloads")
     return entry.workload
 
 
-def get_for(entry: WorkloadEntry, where: str) -> Workload:
+def get_for(entry: WorkloadRef, where: str) -> Workload:
     try:
         return get(_name(entry))
     except UserError as exc:
         raise UserError(f"{where}: {exc}") from None
 
 
-def resolve(entry: WorkloadEntry) -> tuple[dict[str, Any], Budget]:
+def resolve(entry: WorkloadRef) -> tuple[dict[str, Any], Budget]:
     """The entry's params with the workload's defaults filled in (so that a
     default changing in a later release changes the run id too), and the
     workload's declared budget for those params."""

@@ -138,7 +138,7 @@ def test_corrupted_plan_verdicts_and_report_are_one_line_exit_2(memory_run, tmp_
 
 
 def test_the_kind_of_a_failure_comes_from_the_exception_type_not_its_words():
-    from ampcert.backends.contract import NonFiniteLoss, RunFailed, Unsupported
+    from ampcert.backends.contract import LossNotFinite, RunFailed, Unsupported
     from ampcert.errors import UserError
     from ampcert.runner.worker import classify
 
@@ -146,7 +146,7 @@ def test_the_kind_of_a_failure_comes_from_the_exception_type_not_its_words():
         pass
 
     RunFailedLookalike.__name__ = "RunFailed"
-    assert classify(NonFiniteLoss("non-finite loss at step 5 (fp32, no loss scaling)")) == (
+    assert classify(LossNotFinite("non-finite loss at step 5 (fp32, no loss scaling)")) == (
         FailureKind.NON_FINITE, "non-finite loss at step 5 (fp32, no loss scaling)")
     assert classify(Unsupported("no JAX version")) == (FailureKind.UNSUPPORTED, "no JAX version")
     assert classify(RunFailed("rank 0 ended the run at step 3")) == (FailureKind.ERROR, "rank 0 ended the run at step 3")
