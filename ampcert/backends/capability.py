@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ampcert.amp.precision import FP8_PRECISIONS, dtype_name
+from ampcert.amp.precision import FP8_PRECISIONS, REFERENCE, dtype_name
 from ampcert.resources import config_path
 
 SPEEDUP_THRESHOLD = 1.1
@@ -86,7 +86,7 @@ def probe(device: str, precisions: list[str], backend: str = "torch") -> dict[st
                  "measured_flops": flops / base}
     }
     for precision in precisions:
-        if precision == "fp32":
+        if precision == REFERENCE:
             continue
         if precision in FP8_PRECISIONS:
             out[precision] = _fp8_capability(precision, device, out["fp32"]["measured_flops"])

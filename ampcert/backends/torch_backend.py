@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from ampcert import mllog
-from ampcert.amp.precision import FP8_PRECISIONS, autocast_precision, dtype_name
+from ampcert.amp.precision import FP8_PRECISIONS, REFERENCE, autocast_precision, dtype_name
 from ampcert.backends import distributed, loop, torch_fp8, torch_mkl, torch_precision
 from ampcert.backends.contract import (  # noqa: F401 - RunFailed: part of this module's API
     DoesNotFit,
@@ -161,7 +161,7 @@ class Amp:
 
 
 def make_amp(spec: RunSpec) -> Amp:
-    if spec.precision == "fp32":
+    if spec.precision == REFERENCE:
         return Amp(contextlib.nullcontext, NoLossScaler(), {"name": "none (fp32)"})
     # fp8/mxfp8: bf16 autocast around the FP8 Linear layers (backends/torch_fp8.py).
     dtype = getattr(torch, dtype_name(autocast_precision(spec.precision)))

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, TypeVar, cast
 
 from ampcert.aggregate import group_runs, not_comparable, reference_key
+from ampcert.amp.precision import REFERENCE
 from ampcert.certify import rules as R
 from ampcert.certify.certificate import (  # noqa: F401 - the certificate's types, re-exported where they lived
     Certificate,
@@ -58,7 +59,7 @@ class _Group:
 
     def reference(self, precision: str) -> list[RunResult]:
         """The primary runs of ``precision`` that this subject is compared with."""
-        if precision == "fp32":
+        if precision == REFERENCE:
             return self.ref
         return [r for r in self._siblings.get(precision, []) if r.status != "skipped" and _repeat(r) == 0]
 
@@ -154,7 +155,7 @@ def check_accuracy_parity(rule: R.AccuracyParity, g: _Group) -> Verdict | None:
         return None  # a precision is not compared with itself
     margin = rule.threshold(g.subject.workload, g.workload)
     ref_runs = g.reference(rule.reference)
-    if rule.reference != "fp32" and not ref_runs:
+    if rule.reference != REFERENCE and not ref_runs:
         return _verdict(rule, g, Status.INCONCLUSIVE, f"no {rule.reference} runs of this entry to compare with: "
                         f"add {rule.reference} to the suite's precisions", reference=rule.reference)
     failed = _failed(g.primary)
@@ -180,7 +181,7 @@ def check_accuracy_parity(rule: R.AccuracyParity, g: _Group) -> Verdict | None:
                     margin, rule.alpha)
     ci = f"{100 * (1 - 2 * rule.alpha):.0f}% CI [{t.ci_low:+.4f}, {t.ci_high:+.4f}]"
     text = f"mean difference {t.mean_diff:+.4f} over {t.n} seeds, {ci}, margin ±{margin:g}, TOST p={t.p_value:.3g}"
-    if rule.reference != "fp32":
+    if rule.reference != REFERENCE:
         text = f"vs {rule.reference}: {text}"
     status = Status.PASS if t.equivalent else Status.FAIL if t.outside else Status.INCONCLUSIVE
     if status == Status.INCONCLUSIVE:

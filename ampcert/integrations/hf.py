@@ -71,6 +71,7 @@ except ImportError as exc:  # pragma: no cover - exercised where transformers is
         "pip install 'ampcert[hf]'") from exc
 
 from ampcert import track
+from ampcert.amp.precision import REFERENCE
 
 __all__ = ["AmpcertCallback", "install_ampcert_autocast"]
 
@@ -158,7 +159,7 @@ class AmpcertCallback(TrainerCallback):
     def _apply_amp(self, args, model) -> None:
         cfg = track.env()
         amp = self.amp or cfg.amp
-        if amp == "ampcert" and cfg.precision != "fp32":
+        if amp == "ampcert" and cfg.precision != REFERENCE:
             install_ampcert_autocast(model, args, cfg.precision, self.policy)
         elif amp == "native" and cfg.mixed and model is not None and "_original_forward" not in model.__dict__:
             warnings.warn(f"AMPCERT_PRECISION={cfg.precision}, but HF applies no autocast to this model "

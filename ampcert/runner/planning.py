@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from ampcert.amp.precision import REFERENCE
 from ampcert.errors import UserError
 from ampcert.resources import SHIPPED_PREFIX, shipped_label
 from ampcert.results import (
@@ -131,12 +132,12 @@ def check_fp32_reference(pack: RulePack, runs: list[RunSpec], suite_path: Path) 
     """Refuse, before any run, a suite whose rule pack compares a precision with FP32
     where the suite runs no FP32 for that entry (``precisions: [bf16]`` with ``certify:
     default``): every such verdict could only come back INCONCLUSIVE, after the runs."""
-    reference = {(r.label, r.backend, r.amp) for r in runs if r.precision == "fp32"}
+    reference = {(r.label, r.backend, r.amp) for r in runs if r.precision == REFERENCE}
     for rule in pack.rules:
-        if rule.check not in _FP32_CHECKS or getattr(rule, "reference", "fp32") != "fp32":
+        if rule.check not in _FP32_CHECKS or getattr(rule, "reference", REFERENCE) != REFERENCE:
             continue
         for r in runs:
-            if r.precision == "fp32" or (r.label, r.backend, r.amp) in reference:
+            if r.precision == REFERENCE or (r.label, r.backend, r.amp) in reference:
                 continue
             if rule.check == "convergence" and r.target is None:
                 continue  # a fixed step budget has no target to converge to: the check does not apply
