@@ -85,38 +85,36 @@ def _step(record: dict, name: str, argv: list[str], timeout_s: float, deadline: 
 
 
 def machine(device: str) -> dict:
+    """The fingerprint ampcert records (envinfo: CPU, GPUs, driver), and what it does not:
+    NVML's clocks, now and their maximum, and the power limit."""
     import torch
 
-    info: dict = {"device": device, "python": platform.python_version(), "torch": torch.__version__,
-                  "cuda": torch.version.cuda, "host": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    if device == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(0)
-        info["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
-        try:
-            import pynvml as nv
+    from ampcert.envinfo import cpu_info, gpu_info
 
-            nv.nvmlInit()
-            h = nv.nvmlDeviceGetHandleByIndex(0)
-            info.update(driver=nv.nvmlSystemGetDriverVersion(),
-                        memory_bytes=nv.nvmlDeviceGetMemoryInfo(h).total,
-                        power_limit_w=nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000,
-                        clocks_mhz={"sm": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
-                                    "sm_max": nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM),
-                                    "memory": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
-                                    "memory_max": nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM)})
-        except Exception as exc:  # noqa: BLE001 - NVML missing or refusing: said, not fatal
-            info["nvml"] = f"unavailable: {exc}"
-    else:
-        flags = ""
-        try:
-            flags = next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")), "")
-            info["cpu"] = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                                if ln.startswith("model name")), platform.processor())
-        except OSError:
-            info["cpu"] = platform.processor()
-        info["cpu_flags"] = sorted({f for f in flags.split() if f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16",
-                                                                       "amx_tile", "avx512_fp16")})
-        info["cores"] = len(os.sched_getaffinity(0))
+    cpu = cpu_info()
+    info: dict = {"device": device, "python": platform.python_version(), "torch": torch.__version__,
+                  "cuda": torch.version.cuda, "host": platform.node(),
+                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                  "cpu": cpu["model"], "cores": cpu["usable_cores"],
+                  "cpu_flags": sorted(flag for flag, on in cpu["flags"].items() if on)}
+    if device != "cuda":
+        return info
+    gpus = gpu_info()
+    first = gpus["devices"][0]
+    info.update(gpu=first["name"], capability=first["capability"], memory_bytes=first["memory_bytes"],
+                driver=gpus.get("driver"))
+    try:
+        import pynvml as nv
+
+        nv.nvmlInit()
+        h = nv.nvmlDeviceGetHandleByIndex(0)
+        info.update(power_limit_w=nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000,
+                    clocks_mhz={"sm": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+                                "sm_max": nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM),
+                                "memory": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
+                                "memory_max": nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM)})
+    except Exception as exc:  # noqa: BLE001 - NVML missing or refusing: said, not fatal
+        info["nvml"] = f"unavailable: {exc}"
     return info
 
 
@@ -233,13 +231,10 @@ def _num(v) -> str:
     return str(v)
 
 
-def _ratio(comparison, name: str) -> float | None:
-    """The ampcert/native ratio of a gpt_step_overhead comparison (its rows, by variant name)."""
-    rows = comparison.get("rows") if isinstance(comparison, dict) else comparison
-    for row in rows or []:
-        if isinstance(row, dict) and name in str(row.get("variant", row.get("name", ""))):
-            return row.get("ratio")
-    return None
+def _ratio(comparison: dict, variant: str) -> float | None:
+    """The ratio to the baseline of the row of a gpt_step_overhead comparison whose variant
+    names ``variant``."""
+    return next((row.get("ratio") for row in comparison.get("rows", []) if variant in row["variant"]), None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -293,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         got = _json_file(step_json)
         if got:
             amp[f"GPT step eager {dtype}" + (" (scaler included)" if dtype == "fp16" else "")] = {
-                "ampcert / native": _ratio(got.get("comparison"), "ampcert"),
-                "control": _ratio(got.get("comparison"), "again"), "host-bound ratio": got.get("host_bound_ratio")}
+                "ampcert / native": _ratio(got["comparison"], "ampcert"),
+                "control": _ratio(got["comparison"], "again"), "host-bound ratio": got.get("host_bound_ratio")}
     # The GPT step compiled whole (Inductor on a GPU; aot_eager on a CPU, which needs no C compiler).
     from ampcert.amp.torch_support import REGION_IN_TRACE_MIN, release, release_name
 
@@ -312,8 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         got = _json_file(step_json)
         if got:
             amp[f"GPT step compiled ({backend}) bf16"] = {
-                "ampcert / native": _ratio(got.get("comparison"), "ampcert"),
-                "control": _ratio(got.get("comparison"), "again")}
+                "ampcert / native": _ratio(got["comparison"], "ampcert"),
+                "control": _ratio(got["comparison"], "again")}
     ev["amp_vs_native"] = amp
 
     checks: dict = {}

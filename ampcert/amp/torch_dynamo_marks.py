@@ -11,7 +11,7 @@ Nothing can be compiled before torch._dynamo is imported (``torch.compile`` impo
 so the marks wait for it: :func:`when_dynamo_imported` runs its function the moment the
 module has been imported (at once, where it was already), through wrapt's post-import
 hooks. A mark that makes a new object (``torch.compiler.disable``'s wrapper) rebinds the
-module attribute its callers read at call time.
+attribute its callers look up at each call (``DynamicLossScaler.step`` and ``.update``).
 """
 
 from __future__ import annotations

@@ -563,6 +563,12 @@ def _relocated(check: Check, copy: Path, real: Path) -> Check:
                                     "warnings": [fix(w) for w in check.warnings]})
 
 
+def _none_run(found: dict[str, Any], reason: str) -> Reverification:
+    """A re-verification where no checker ran: every check "not run", for ``reason``."""
+    return Reverification(**found, reason=reason,
+                          checks=[Check(name=n, status="not run", detail=reason) for n in CHECKS])
+
+
 def reverify(folder: str | Path, round: str | None = None) -> Reverification:
     """MLPerf's own tools over one published benchmark folder
     (``<submitter>/results/<system>/<benchmark>/``, its system described in
@@ -588,8 +594,7 @@ def reverify(folder: str | Path, round: str | None = None) -> Reverification:
         folder=str(folder), submitter=submitter.name, system=system, benchmark=benchmark,
         round=round, ruleset=ruleset, mlperf_logging=_mlperf_logging_version(), published_scaling_factor=published)
     if ruleset is None:
-        return Reverification(**found, reason=reason,
-                              checks=[Check(name=n, status="not run", detail=reason) for n in CHECKS])
+        return _none_run(found, reason)
     desc = submitter / "systems" / f"{system}.json"
     try:
         division = json.loads(desc.read_text()).get("division")
@@ -602,8 +607,7 @@ def reverify(folder: str | Path, round: str | None = None) -> Reverification:
             reason = (f"its result logs hold {events:,} MLLOG lines; MLPerf's checkers hold every event in "
                       f"memory (about 2 KB each) and parse each log about five times, so ampcert runs them "
                       f"over at most {MAX_CHECKED_EVENTS:,} (published logs hold hundreds)")
-            return Reverification(**found, reason=reason,
-                                  checks=[Check(name=n, status="not run", detail=reason) for n in CHECKS])
+            return _none_run(found, reason)
         lean_files = [folder / f.name for f in files]
         checks = [_relocated(_guard(COMPLIANCE, lambda: _compliance(lean_files, ruleset, benchmark)), folder, real),
                   _guard(SYSTEM, lambda: _system(desc, ruleset))]

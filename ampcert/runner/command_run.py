@@ -10,10 +10,9 @@ command jobs (on a Ray or Slurm node, the node's own local executor does):
   no GPU; its stdout and stderr go to ``runs/<id>/stdout.txt`` and
   ``stderr.txt``, of which the last :data:`OUTPUT_TAIL_BYTES` each are kept
   (on Linux, through the keeper: a job's output costs bounded disk, and the
-  end of it, which says how the job ended, is what is kept). Telemetry
-  samples around it from this process: RAPL, the
-  RSS and CPU time of the job's whole process tree, NVML on the GPUs it was
-  given.
+  end of it, which says how the job ended, is what is kept). Telemetry samples
+  around it from this process: RAPL, the RSS and CPU time of the job's whole
+  process tree, NVML on the GPUs it was given.
 - **events**: the MLLOG the job appends is read as it grows: run_start,
   eval_start and eval_stop move the telemetry's phase (to within one poll,
   0.25 s), each eval_accuracy is a progress event.
