@@ -321,9 +321,11 @@ def _fits_and_confirmations(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str
         like = max(swept, key=lambda s: s.batch_size or 0)
         confirming.append((fit, budget, like.model_copy(update={
             "batch_size": budget.largest_batch, "confirms_budget": budget.budget_bytes,
-            # a suite's budget is a smaller card, emulated; the device's own (or the sweep's emulated
-            # card, which the sweep's runs carry) is the card itself
-            "device_memory_limit": budget.budget_bytes if device == "cuda" and budget.source == "suite"
+            # a suite's budget is a smaller card, emulated where torch can (JAX measures its peak on
+            # the card itself); the device's own (or the sweep's emulated card, which the sweep's
+            # runs carry) is the card itself
+            "device_memory_limit": budget.budget_bytes
+            if device == "cuda" and budget.source == "suite" and like.backend == "torch"
             else like.device_memory_limit})))
     return fits, confirming
 

@@ -916,6 +916,10 @@ def _memory_runs(suite: Suite, entry: WorkloadEntry, sweep: MemorySweep, like: R
     sizes, ``sweep.steps`` steps of the first seed, evaluated once at the end (the peak is
     read before that evaluation)."""
     budget = TrainBudget(steps=sweep.steps, eval_every=sweep.steps)
+    if sweep.device_memory is not None and like.backend == "jax":
+        raise UserError("`memory.device_memory` emulates a smaller card through torch's caching allocator "
+                        "(torch.cuda.set_per_process_memory_fraction); JAX has no such per-process limit: "
+                        "leave it out of a JAX suite, whose sweep measures on the card itself")
     if sweep.device_memory is not None and like.device != "cuda":
         raise UserError(f"`memory.device_memory` shrinks a CUDA device (torch.cuda.set_per_process_memory_fraction); "
                         f"this suite runs on {like.device}: leave it out, or run on cuda")

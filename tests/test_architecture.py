@@ -229,7 +229,72 @@ def test_files_stay_small_unless_named_as_one_concept():
     assert unexplained == [], "name them in docs/architecture.md's 'Files over 600 lines', with why, or split them"
 
 
+# Words that name a feature of the training loop (its plug-ins, ampcert/backends/features/),
+# which neither the loop nor a framework's adapter may use: they reach a run only through
+# the Feature protocol and the registry.
+FEATURE_WORDS = frozenset({
+    "fp8", "FP8_PRECISIONS", "torch_fp8", "Fp8Stats", "is_memory_sweep", "device_memory_limit", "sweep_batch",
+    "injected_slowdown", "hold_step", "torch_compile", "CompiledStep", "launcher", "torchrun", "distributed",
+    "dctx", "world_size", "torch_precision", "jax_precision", "PrecisionProbe", "lowest_precision",
+})
+# The loop and its protocols, and each framework's adapter: its entry point and its Framework
+# class. (The Tally names the result's fields, some of which features fill.)
+LOOP_AND_ADAPTERS = {"ampcert/backends/training_loop.py": ("train", "_train", "Clock", "Framework", "Feature"),
+                     "ampcert/backends/torch_backend.py": ("train", "TorchFramework"),
+                     "ampcert/backends/jax_backend.py": ("train", "JaxFramework")}
+
+
+def feature_words_in(source: str, only: tuple[str, ...] | None = None) -> set[str]:
+    """The feature words among the identifiers (names, attributes, imports, definitions) of
+    ``source``, or of its top-level definitions named in ``only``."""
+    tree = ast.parse(source)
+    roots = [node for node in tree.body if only is None or getattr(node, "name", None) in only]
+    if only is not None:
+        assert sorted(getattr(node, "name", "") for node in roots) == sorted(only), only
+    words: set[str] = set()
+    for root in roots:
+        for node in ast.walk(root):
+            if isinstance(node, ast.Name):
+                words.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                words.add(node.attr)
+            elif isinstance(node, ast.alias):
+                words.update(node.name.split(".") + [node.asname or ""])
+            elif isinstance(node, ast.ImportFrom):
+                words.update((node.module or "").split("."))
+            elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.arg)):
+                words.add(node.name if not isinstance(node, ast.arg) else node.arg)
+    return words & FEATURE_WORDS
+
+
+def test_the_loop_and_the_adapters_name_no_feature():
+    """One loop for every framework; each feature a plug-in behind the Feature protocol."""
+    root = PACKAGE_DIR.parent
+    for path, only in LOOP_AND_ADAPTERS.items():
+        assert feature_words_in((root / path).read_text(encoding="utf-8"), only) == set(), path
+    # Every registered feature is a Feature, in a module of its own under backends/features/.
+    from ampcert.backends import features
+    from ampcert.backends.training_loop import Feature
+
+    made = [entry.make() for entry in features.REGISTRY]
+    assert all(isinstance(f, Feature) for f in made)
+    assert {type(f).__module__.rsplit(".", 1)[0] for f in made} == {"ampcert.backends.features"}
+    # The training loop is only in training_loop.py: no other module logs a block of steps.
+    blocks = sorted(str(p.relative_to(root)) for p in PACKAGE_DIR.rglob("*.py")
+                    if "mllog.BLOCK_START" in p.read_text(encoding="utf-8"))
+    assert blocks == ["ampcert/backends/training_loop.py"], blocks
+
+
 # --------------------------------------------------------------------------- the checks can fail
+
+
+def test_a_loop_that_names_a_feature_is_found():
+    inline = ("def step(self, spec):\n    if spec.precision in FP8_PRECISIONS:\n        self.fp8.before_step(1)\n"
+              "    if spec.injected_slowdown:\n        hold_step(0.1, 0)\n")
+    assert feature_words_in(inline) == {"FP8_PRECISIONS", "fp8", "injected_slowdown", "hold_step"}
+    assert feature_words_in("from ampcert.backends import distributed\nclass TorchFramework:\n    pass\n",
+                            ("TorchFramework",)) == set()
+    assert feature_words_in("import ampcert.backends.torch_fp8 as f\n") == {"torch_fp8"}
 
 
 def test_a_second_driver_loop_is_found(tmp_path):

@@ -170,6 +170,17 @@ def test_shrinking_a_cpu_is_refused_in_one_line(tmp_path, write_suite):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_smaller_card_for_a_jax_sweep_is_refused_when_planned():
+    """JAX has no per-process memory limit: an emulated card would silently be the whole card."""
+    from ampcert.errors import UserError
+    from ampcert.spec import expand, parse_suite
+
+    suite = {"name": "jax-card", "backend": "jax", "amp": "ampcert", "device": "cuda", "precisions": ["bf16"],
+             "memory": {"batch_sizes": [16, 32, 64], "device_memory": "1GiB"}, "workloads": [{"workload": "resnet"}]}
+    with pytest.raises(UserError, match=r"^`memory.device_memory` emulates a smaller card .* leave it out of a JAX"):
+        expand(parse_suite(suite), "cuda")
+
+
 def test_a_sweep_batch_is_never_silently_smaller_than_asked():
     from ampcert.backends.contract import Unsupported
     from ampcert.backends.loop import sweep_batch
@@ -321,10 +332,10 @@ def test_jax_out_of_memory_is_does_not_fit_and_other_errors_stay_errors(monkeypa
             raise error
         return _train
 
-    monkeypatch.setattr(jax_backend, "_train", raising(oom))
+    monkeypatch.setattr(jax_backend.training_loop, "train", raising(oom))
     with pytest.raises(DoesNotFit, match=r"^does not fit: out of cpu memory at batch 32 \(RESOURCE_EXHAUSTED: Out of memory"):
         jax_backend.train(spec, log=None)
-    monkeypatch.setattr(jax_backend, "_train", raising(RuntimeError("RESOURCE_EXHAUSTED: not XLA's")))
+    monkeypatch.setattr(jax_backend.training_loop, "train", raising(RuntimeError("RESOURCE_EXHAUSTED: not XLA's")))
     with pytest.raises(RuntimeError) as caught:
         jax_backend.train(spec, log=None)
     assert not isinstance(caught.value, DoesNotFit)

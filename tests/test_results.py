@@ -13,6 +13,7 @@ import pytest
 from ampcert import mllog, mllog_reader
 from ampcert.backends import loop
 from ampcert.backends.contract import PhaseTimes, TrainOutcome
+from ampcert.backends.training_loop import Tally
 from ampcert.errors import UserError
 from ampcert.results import (
     EvalPoint,
@@ -149,7 +150,7 @@ def _outcome(spec, **changes):
         amp_policy={"name": "none (fp32)"}, determinism={"seed": 0}, environment={"data": "digits"},
         peak_memory=Measured(value=1.0, unit="bytes", method="test"), weights_sha256="0" * 64,
         data_info={}, lowest_precision=None)
-    return loop.outcome(spec, registry.get("digits"), 64, **{**tallies, **changes})
+    return Tally(batch_size=64, **{**tallies, **changes}).outcome(spec, registry.get("digits"))
 
 
 def test_the_outcome_builder_derives_the_fields_alike_for_both_backends():

@@ -10,7 +10,7 @@ A run that completes returns a :class:`TrainOutcome`: the fields of its
 :class:`~ampcert.results.TrainedFields`, the model RunResult inherits them
 from), the time it spent per phase (:class:`PhaseTimes`) and the telemetry
 samples to write beside the result (a :class:`~ampcert.telemetry.Series`,
-plain data); both backends build it with :func:`ampcert.backends.loop.outcome`.
+plain data); the one training loop's :class:`~ampcert.backends.training_loop.Tally` builds it.
 A run that cannot go on raises: a :class:`RunFailed` says why in its message,
 and its class says what kind of failure it is, so nobody reads the message to
 decide. The worker (:mod:`ampcert.runner.worker`) records every exception as a failed

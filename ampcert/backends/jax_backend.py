@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 import os
 import time
 from collections.abc import Callable
@@ -46,10 +45,10 @@ import numpy as np
 
 from ampcert import mllog
 from ampcert.amp.precision import LOW_PRECISIONS, dtype_name
-from ampcert.backends import jax_precision, loop
-from ampcert.backends.contract import DoesNotFit, LossNotFinite, TrainOutcome, Unsupported
+from ampcert.backends import features, loop, training_loop
+from ampcert.backends.contract import DoesNotFit, TrainOutcome, Unsupported
 from ampcert.resources import shipped_label
-from ampcert.results import EvalPoint, Measured
+from ampcert.results import Measured
 from ampcert.spec import RunSpec
 
 
@@ -75,22 +74,20 @@ def params_digest(params: dict[str, Any]) -> str:
 def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None = None) -> TrainOutcome:
     """Train one run and return what it measured, as the torch backend does
     (see :mod:`ampcert.backends.contract`)."""
-    from ampcert.telemetry import Telemetry, ensure_pci_bus_order, jax_memory
+    from ampcert.telemetry import ensure_pci_bus_order
+    from ampcert.workloads import registry
 
     xla = _configure_xla(spec.device)
-    cuda = spec.device == "cuda"
-    if cuda:
+    if spec.device == "cuda":
         ensure_pci_bus_order()  # before JAX starts CUDA, so its ordinals are NVML's
-    tel = Telemetry.start(spec.device, spec.telemetry_rate_hz, gpus=[0] if cuda else None,
-                          framework_memory=jax_memory if cuda else None)
+    run = training_loop.Run(spec, log, registry.get(spec.workload), JaxFramework(spec, xla),
+                            features.for_run(spec, "jax"))
     try:
-        return _train(spec, log, progress, tel, xla)
+        return training_loop.train(run, progress)
     except Exception as exc:
         if _out_of_memory(exc):  # a finding at this batch, not a crash (a memory sweep's point)
             raise DoesNotFit.during(spec.device, spec.batch_size, exc) from exc
         raise
-    finally:
-        tel.close()
 
 
 def _out_of_memory(exc: Exception) -> bool:
@@ -102,185 +99,204 @@ def _out_of_memory(exc: Exception) -> bool:
     return isinstance(exc, jax.errors.JaxRuntimeError) and str(exc).lstrip().startswith("RESOURCE_EXHAUSTED")
 
 
-def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None,
-           tel, xla: dict[str, Any]) -> TrainOutcome:
-    progress = progress or (lambda _: None)
+class _FirstStepApart:
+    """JAX's step clock: perf_counter once the step's results are ready; the first step,
+    which traces and compiles, is timed apart as ``compile_s``."""
 
-    import jax
-    import jax.numpy as jnp
-    import optax
+    method = "perf_counter around each step, blocked until ready (the first, compiling step excluded)"
 
-    from ampcert.amp.jax import autocast, jax_policy
-    from ampcert.backends import jax_scaling
-    from ampcert.workloads import registry
+    def __init__(self) -> None:
+        self._window_s = 0.0
 
-    device = spec.device
-    loop.log_init_start(log)
-    determinism = loop.seed_host(spec.seed)  # for a user's workload that draws from numpy's global generator
-    # XLA's CPU kernels are deterministic; on a GPU _configure_xla asked for
-    # deterministic ops (the certify determinism check reads this field).
-    determinism.update(xla, deterministic_algorithms=True, jax=jax.__version__, jax_backend=jax.default_backend())
-    workload = registry.get(spec.workload)
-    build_jax = getattr(workload, "build_jax", None)
-    if build_jax is None:
-        raise Unsupported(f"workload {spec.workload!r} has no JAX version (no build_jax)")
-    params_model = workload.Params.model_validate(spec.params)
+    def start(self) -> float:
+        return time.perf_counter()
 
-    t_build = time.perf_counter()
-    task = build_jax(params_model, spec.seed, device)
-    jdev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
-    params = jax.device_put(task.params, jdev)
-    state = jax.device_put(task.state, jdev)
-    opt_state = task.optimizer.init(params)
-    stream = loop.train_stream(task)  # None: in memory, drawn by index
-    if spec.batch_size is not None:  # a memory-sweep run trains at the sweep's batch
-        task.batch_size = loop.sweep_batch(spec, len(task.train_x) if stream is None else None)
-    if stream is None:
-        train_x, train_y = np.asarray(task.train_x), np.asarray(task.train_y)
-    eval_x, eval_y = np.asarray(task.eval_x), np.asarray(task.eval_y)
-    build_s = time.perf_counter() - t_build
+    def counts(self, step: int) -> bool:
+        return step > 1
 
-    policy = None
-    loss_of = _loss_of(task)
-    predict_fn = lambda p, s, x: task.apply(p, s, x, False)[0]  # noqa: E731
-    if spec.precision in LOW_PRECISIONS:
-        low = jnp.dtype(dtype_name(spec.precision))
-        policy = jax_policy(spec.policy)
-        loss_of = autocast(loss_of, policy, low)
-        predict_fn = autocast(predict_fn, policy, low)
-        amp_policy = {"name": policy.name, "sha256": policy.sha256,
-                      "effective_sha256": policy.effective_sha256, "source": shipped_label(policy.source)}
-    else:
-        amp_policy = {"name": "none (fp32)"}
-    scaling = jax_scaling.for_run(spec.precision, spec.loss_scaling)
-    guard = scaling.guard
+    def stop(self, token: float, step: int, tally: training_loop.Tally) -> None:
+        elapsed = time.perf_counter() - token
+        if not self.counts(step):
+            tally.compile_s = elapsed  # trace + compile + the first step
+        else:
+            tally.durations.append(elapsed)
+            self._window_s += elapsed
 
-    budget = spec.train
-    assert budget is not None, "ampcert trains its own workloads only; a command job trains itself"
-    limit = budget.step_limit
-    lr_lambda = task.lr_lambda or (lambda _: 1.0)
-    lr_table = np.asarray([task.base_lr * lr_lambda(k) for k in range(limit)], np.float32)
+    def window(self, wall_s: float, tally: training_loop.Tally) -> float:
+        seconds, self._window_s = self._window_s, 0.0
+        return seconds
 
-    def step_fn(params, opt_state, state, scale, lr, x, y):
-        def objective(p):
-            loss, new_state = loss_of(p, state, x, y)
-            return scale.scale(loss), (loss, new_state)
 
-        grads, (loss, new_state) = jax.grad(objective, has_aux=True)(params)
-        grads = scale.unscale(grads)
-        updates, new_opt = task.optimizer.update(grads, opt_state, params)
-        updates = jax.tree_util.tree_map(lambda u: u * lr, updates)
-        new_params = optax.apply_updates(params, updates)
-        (new_params, new_opt), new_scale, finite = guard(scale, grads, (new_params, new_opt), (params, opt_state))
-        return new_params, new_opt, new_state, new_scale, loss, finite
+class JaxFramework(loop.TaskData):
+    """The JAX side of the training loop (:class:`~ampcert.backends.training_loop.Framework`):
+    one jitted step (the loss, autocast where the precision is low, its gradients, the
+    loss scale's guard, optax's update), blocked until ready."""
 
-    # Donating the old parameters and optimizer state lets XLA update in place
-    # (CPU XLA ignores donation, with a warning, so only on GPU).
-    step_jit = jax.jit(step_fn, donate_argnums=(0, 1, 2) if device == "cuda" else ())
-    predict = jax.jit(predict_fn)
+    def __init__(self, spec: RunSpec, xla: dict[str, Any]) -> None:
+        from ampcert.backends import jax_scaling
 
-    n_train = len(train_x) if stream is None else loop.stream_size(task.train_data)
-    loop.log_run_config(log, spec, task.batch_size, n_train, len(eval_x), amp_policy["name"],
-                        [("backend", "jax")])
+        self.spec = spec
+        self.xla = xla
+        self.clock = _FirstStepApart()
+        self.scaling = jax_scaling.for_run(spec.precision, spec.loss_scaling)
+        self.losses: list[Any] = []  # per step, on the device until the window is read
+        self.last: tuple[Any, Any] | None = None  # the latest batch: the probe's and the FLOP count's input
 
-    durations: list[float] = []
-    losses: list[float] = []
-    evals: list[EvalPoint] = []
-    batches = loop.index_batches(len(train_x), task.batch_size, spec.seed) if stream is None else None
-    train_s = eval_s = data_s = 0.0
-    trained = 0  # samples trained so far: steps x batch_size, or a stream's batches' lengths
-    step_samples: list[int] | None = None if stream is None else []
-    compile_s: float | None = None
-    reached: loop.Reached | None = None
+    # ---------------------------------------------------------------- building
+    def start_telemetry(self, gpus: list[int | None]) -> Any:
+        from ampcert.telemetry import Telemetry, jax_memory
 
-    lowest_precision = None
-    log.start(mllog.RUN_START)
-    run_start = time.perf_counter()
-    step = 0
-    sweep_peak: Measured | None = None
-    while step < limit:
-        window = min(budget.eval_every, limit - step)
-        log.start(mllog.BLOCK_START, metadata=loop.block_metadata(step + 1, window, trained))
-        tel.phase("train")
-        window_losses: list[Any] = []
-        for _ in range(window):
-            step += 1
-            t0 = time.perf_counter()
-            if batches is not None:
-                idx = next(batches)
-                x, y = train_x[idx], train_y[idx]
-                trained += task.batch_size
-            else:  # streamed: the next batch (waiting for it is data time), as long as it is
-                x, y = (v if isinstance(v, jax.Array) else np.asarray(v) for v in next(stream))
-                step_samples.append(len(x))
-                trained += len(x)
-            if task.augment is not None:
-                x, y = task.augment(x, y, step)
-            x, y = jnp.asarray(x), jnp.asarray(y)
-            t_data = time.perf_counter()
-            data_s += t_data - t0
-            if step == 1:  # traced apart from the timed step (no compile, no run): what XLA will compute in
-                lowest_precision = loop.log_lowest_precision(log, jax_precision.observe(
-                    step_fn, (params, opt_state, state, scaling.state, lr_table[0], x, y), device))
-                t0 += time.perf_counter() - t_data  # not the step's time
-            params, opt_state, state, scale_state, loss, finite_grads = step_jit(
-                params, opt_state, state, scaling.state, lr_table[step - 1], x, y)
-            jax.block_until_ready((params, loss))
-            if spec.injected_slowdown and compile_s is not None:  # fault injection, past the compiling step
-                loop.hold_step(spec.injected_slowdown, t0)
-            elapsed = time.perf_counter() - t0
-            if compile_s is None:
-                compile_s = elapsed  # trace + compile + the first step
-            else:
-                durations.append(elapsed)
-                train_s += elapsed
-            window_losses.append(loss)
-            scaling.observe(scale_state, finite_grads, step)
-        log.end(mllog.BLOCK_STOP, metadata=loop.block_metadata(step - window + 1, window, trained))
-        values = [float(v) for v in window_losses]
-        losses.extend(values)
-        scaling.check_window([math.isfinite(v) for v in values], step, spec.precision)
-        if spec.is_memory_sweep and sweep_peak is None:  # training's peak, before any evaluation
-            sweep_peak = _peak_memory(jdev, before_eval=True)
+        cuda = self.spec.device == "cuda"  # one process, one GPU: JAX's first
+        return Telemetry.start(self.spec.device, self.spec.telemetry_rate_hz, gpus=[0] if cuda else None,
+                               framework_memory=jax_memory if cuda else None)
 
-        tel.phase("eval")
-        t_eval = time.perf_counter()
-        log.start(mllog.EVAL_START, metadata=loop.eval_metadata(step, trained))
-        value = float(task.evaluate(functools.partial(_predict_host, predict, params, state), eval_x, eval_y))
-        eval_s += time.perf_counter() - t_eval
-        samples = trained
-        loop.log_eval_value(log, workload.metric, value, step, samples)
-        log.end(mllog.EVAL_STOP, metadata=loop.eval_metadata(step, samples))
-        evals.append(EvalPoint(step=step, samples=samples, train_time_s=train_s, value=value))
-        scaling.log_eval(log, step)
-        if not math.isfinite(value):
-            raise LossNotFinite(f"eval {workload.metric} is {value} at step {step}")
-        ok = [v for v in values if math.isfinite(v)]
-        progress({"step": step, "limit": limit, "metric": value,
-                  "loss": sum(ok) / len(ok) if ok else float("nan")})
-        if reached is None and loop.target_hit(value, budget.target, workload.higher_is_better):
-            reached = loop.Reached(steps=step, samples=samples, time_s=time.perf_counter() - run_start)
-            break
+    def build(self, run: training_loop.Run) -> None:
+        import jax
+        import jax.numpy as jnp
+        import optax
 
-    telemetry, series = loop.stop_telemetry(tel, log, trained)
-    log.end(mllog.RUN_STOP, metadata=mllog.run_stop_metadata(budget.target, reached is not None, step))
-    flops_per_step = _step_flops(step_jit, params, opt_state, state, scaling.state, lr_table[0], x, y)
-    return loop.outcome(
-        spec, workload, task.batch_size, steps=step, losses=losses, evals=evals, reached=reached,
-        scaling=scaling, build_s=build_s, compile_s=compile_s, train_s=train_s, eval_s=eval_s, data_s=data_s,
-        durations=durations, timing="perf_counter around each step, blocked until ready "
-                                    "(the first, compiling step excluded)",
-        flops_per_step=flops_per_step, peak=loop.peak_flops(spec), telemetry=telemetry, series=series,
-        amp_policy=amp_policy, determinism=determinism,
-        environment={
+        from ampcert.amp.jax import autocast, jax_policy
+
+        spec, tally, device = self.spec, run.tally, self.spec.device
+        # Numpy's global generator seeded for a user's workload that draws from it. XLA's CPU
+        # kernels are deterministic; on a GPU _configure_xla asked for deterministic ops
+        # (the certify determinism check reads this field).
+        tally.determinism = loop.seed_host(spec.seed)
+        tally.determinism.update(self.xla, deterministic_algorithms=True, jax=jax.__version__,
+                                 jax_backend=jax.default_backend())
+        build_jax = getattr(run.workload, "build_jax", None)
+        if build_jax is None:
+            raise Unsupported(f"workload {spec.workload!r} has no JAX version (no build_jax)")
+        params_model = run.workload.Params.model_validate(spec.params)
+
+        t_build = time.perf_counter()
+        self.task = task = build_jax(params_model, spec.seed, device)
+        self.jdev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
+        self.params = jax.device_put(task.params, self.jdev)
+        self.state = jax.device_put(task.state, self.jdev)
+        self.opt_state = task.optimizer.init(self.params)
+        self.stream = loop.train_stream(task)  # None: in memory, drawn by index
+        if self.stream is not None:
+            tally.step_samples = []
+        run.built()  # the features' turn: a memory-sweep point's batch size
+        run.model_ready()
+        if self.stream is None:
+            self.train_x, self.train_y = np.asarray(task.train_x), np.asarray(task.train_y)
+        self.eval_x, self.eval_y = np.asarray(task.eval_x), np.asarray(task.eval_y)
+        tally.build_s = time.perf_counter() - t_build
+
+        self.policy = None
+        loss_of = _loss_of(task)
+        predict_fn = lambda p, s, x: task.apply(p, s, x, False)[0]  # noqa: E731
+        if spec.precision in LOW_PRECISIONS:
+            low = jnp.dtype(dtype_name(spec.precision))
+            self.policy = policy = jax_policy(spec.policy)
+            loss_of = autocast(loss_of, policy, low)
+            predict_fn = autocast(predict_fn, policy, low)
+            tally.amp_policy = {"name": policy.name, "sha256": policy.sha256,
+                                "effective_sha256": policy.effective_sha256, "source": shipped_label(policy.source)}
+        else:
+            tally.amp_policy = {"name": "none (fp32)"}
+        self.loss_of = loss_of
+        guard = self.scaling.guard
+
+        budget = spec.train
+        assert budget is not None, "ampcert trains its own workloads only; a command job trains itself"
+        lr_lambda = task.lr_lambda or (lambda _: 1.0)
+        self.lr_table = np.asarray([task.base_lr * lr_lambda(k) for k in range(budget.step_limit)], np.float32)
+
+        def step_fn(params, opt_state, state, scale, lr, x, y):
+            def objective(p):
+                loss, new_state = loss_of(p, state, x, y)
+                return scale.scale(loss), (loss, new_state)
+
+            grads, (loss, new_state) = jax.grad(objective, has_aux=True)(params)
+            grads = scale.unscale(grads)
+            updates, new_opt = task.optimizer.update(grads, opt_state, params)
+            updates = jax.tree_util.tree_map(lambda u: u * lr, updates)
+            new_params = optax.apply_updates(params, updates)
+            (new_params, new_opt), new_scale, finite = guard(scale, grads, (new_params, new_opt), (params, opt_state))
+            return new_params, new_opt, new_state, new_scale, loss, finite
+
+        self.step_fn = step_fn
+        # Donating the old parameters and optimizer state lets XLA update in place
+        # (CPU XLA ignores donation, with a warning, so only on GPU).
+        self.step_jit = jax.jit(step_fn, donate_argnums=(0, 1, 2) if device == "cuda" else ())
+        self.predict = jax.jit(predict_fn)
+
+        tally.batch_size, tally.data_info, tally.peak = task.batch_size, task.data_info, loop.peak_flops(spec)
+        loop.log_run_config(run.log, spec, task.batch_size, self.train_examples(), len(self.eval_x),
+                            tally.amp_policy["name"], [("backend", "jax"), *run.config])
+        self.batches = self.indexed_batches(spec.seed)
+
+    def limit_device_memory(self, limit: int) -> None:
+        raise Unsupported("memory.device_memory: an emulated smaller card is torch's (its caching allocator's "
+                          "memory fraction); JAX has no per-process limit to set after start")
+
+    def forget_peak_memory(self) -> None:
+        """JAX's peak cannot be reset: a sweep point's includes its first step."""
+
+    # ---------------------------------------------------------------- training
+    def batch(self, step: int, run: training_loop.Run) -> tuple[Any, int]:
+        import jax
+        import jax.numpy as jnp
+
+        task = self.task
+        if self.batches is not None:
+            idx = next(self.batches)
+            x, y = self.train_x[idx], self.train_y[idx]
+            samples = task.batch_size
+        else:  # streamed: the next batch (waiting for it is data time), as long as it is
+            assert self.stream is not None
+            x, y = (v if isinstance(v, jax.Array) else np.asarray(v) for v in next(self.stream))
+            samples = len(x)
+        if task.augment is not None:
+            x, y = task.augment(x, y, step)
+        self.last = jnp.asarray(x), jnp.asarray(y)
+        return self.last, samples
+
+    def step_args(self, batch: tuple[Any, Any], step: int) -> tuple[Any, ...]:
+        """``step_fn``'s arguments for ``batch`` at ``step``: the state as it stands."""
+        return (self.params, self.opt_state, self.state, self.scaling.state, self.lr_table[step - 1], *batch)
+
+    def step(self, batch: Any, step: int) -> None:
+        import jax
+
+        self.params, self.opt_state, self.state, scale_state, loss, finite_grads = self.step_jit(
+            *self.step_args(batch, step))
+        jax.block_until_ready((self.params, loss))
+        self.losses.append(loss)
+        self.scaling.observe(scale_state, finite_grads, step)
+
+    def window_losses(self, count: int) -> list[float]:
+        values = [float(v) for v in self.losses[-count:]]
+        self.losses.clear()
+        return values
+
+    def sync(self) -> None:
+        """Every step has waited for its results already."""
+
+    def evaluate(self) -> float:
+        task = self.task
+        return float(task.evaluate(functools.partial(_predict_host, self.predict, self.params, self.state),
+                                   self.eval_x, self.eval_y))
+
+    def peak_memory(self, sweep: bool = False) -> Measured:
+        return _peak_memory(self.jdev, before_eval=sweep)
+
+    def finish(self, tally: training_loop.Tally) -> None:
+        import jax
+
+        assert self.last is not None
+        tally.flops_per_step = _step_flops(self.step_jit, *self.step_args(self.last, 1))
+        tally.weights_sha256 = params_digest(self.params)
+        tally.environment = {
             "jax": jax.__version__, "jax_backend": jax.default_backend(),
-            "device_name": jdev.device_kind, "data": task.data_note,
-            "compile_s": compile_s,
-            "policy_rewrite": loss_of.report(params, state, x, y).as_dict() if policy is not None else None,
-        },
-        peak_memory=sweep_peak or _peak_memory(jdev), weights_sha256=params_digest(params), data_info=task.data_info,
-        lowest_precision=lowest_precision, step_samples=step_samples,
-    )
+            "device_name": self.jdev.device_kind, "data": self.task.data_note,
+            "compile_s": tally.compile_s,
+            "policy_rewrite": self.loss_of.report(self.params, self.state, *self.last).as_dict()
+            if self.policy is not None else None,
+        }
 
 
 def _predict_host(predict, params, state, xb):

@@ -23,18 +23,15 @@ import numpy as np
 from ampcert import mllog
 from ampcert.backends.contract import (
     LossNotFinite,
-    PhaseTimes,
     RunFailed,
-    TrainOutcome,
     Unsupported,
 )
-from ampcert.results import CompileStats, EvalPoint, Fp8Stats, LowestPrecision, Measured, StepTimes
+from ampcert.results import LowestPrecision, Measured, StepTimes
 from ampcert.spec import RunSpec
 from ampcert.workloads import rng
 
 if TYPE_CHECKING:
     from ampcert.telemetry import Series
-    from ampcert.workloads.base import Workload
 
 
 def seed_host(seed: int) -> dict[str, Any]:
@@ -175,6 +172,35 @@ def stream_size(train_data: Any) -> int | None:
         return len(train_data.dataset)
     except (AttributeError, TypeError):
         return None
+
+
+class TaskData:
+    """What a framework's adapter knows of its task's training data, alike for torch and
+    JAX: the batch size (a memory-sweep point sets it), the examples it holds in memory,
+    and its batches: drawn by seeded index (:func:`index_batches`), or from its stream."""
+
+    task: Any
+    stream: BatchStream | None
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.task.batch_size)
+
+    def set_batch_size(self, batch_size: int) -> None:
+        self.task.batch_size = batch_size
+
+    def examples_in_memory(self) -> int | None:
+        return len(self.task.train_x) if self.stream is None else None
+
+    def train_examples(self) -> int | None:
+        """For MLLOG's train_samples: the examples held, or a stream's size where it has one."""
+        held = self.examples_in_memory()
+        return held if held is not None else stream_size(self.task.train_data)
+
+    def indexed_batches(self, seed: int) -> Iterator[np.ndarray] | None:
+        """The seeded batch indices of a task held in memory; None for a stream."""
+        held = self.examples_in_memory()
+        return index_batches(held, self.task.batch_size, seed) if held is not None else None
 
 
 def hold_step(fraction: float, started: float) -> None:
@@ -375,62 +401,6 @@ def sweep_batch(spec: RunSpec, n_train: int | None) -> int:
     if problem is not None:
         raise Unsupported(f"{spec.workload}: {problem}")
     return spec.batch_size
-
-
-def outcome(spec: RunSpec, workload: Workload, batch_size: int, *, steps: int, losses: Sequence[float],
-            evals: Sequence[EvalPoint], reached: Reached | None, scaling: NoLossScaling,
-            build_s: float, train_s: float, eval_s: float, data_s: float, durations: Sequence[float],
-            timing: str, flops_per_step: float | None, peak: Measured | None,
-            telemetry: dict[str, Any], series: Series | None, amp_policy: dict[str, Any],
-            determinism: dict[str, Any], environment: dict[str, Any], peak_memory: Measured,
-            weights_sha256: str, data_info: dict[str, Any], lowest_precision: LowestPrecision | None,
-            compile_s: float | None = None, compile_stats: CompileStats | None = None,
-            fp8: Fp8Stats | None = None, step_samples: Sequence[int] | None = None) -> TrainOutcome:
-    """A completed run's :class:`TrainOutcome`, derived the same way for both backends.
-
-    From the loop's tallies: the losses (a non-finite one as None), the final
-    metric, the target fields (from ``reached``), the loss scale and skipped
-    steps (``scaling.recorded()``), the step-time statistics of ``durations``
-    (one per timed step, timed by ``timing``), throughput and achieved FLOP/s
-    over the timed steps, MFU against ``peak``, the data share and the phase
-    times. ``compile_s`` is a first step timed apart from training (JAX's:
-    traced, compiled and run): it counts as building, and in the data share's
-    denominator, as its batch's data time is in ``data_s``; None where every
-    step is timed as training (torch). ``step_samples``: each step's batch
-    length where batches are streamed (``train_data``) and may differ; the
-    training samples and the throughput count them (the timed steps are the
-    last ``len(durations)``). None: every step trained ``batch_size``. The rest
-    is passed through as measured."""
-    timed_steps = len(durations)
-    if step_samples is None:
-        train_samples, timed_samples = steps * batch_size, timed_steps * batch_size
-    else:
-        train_samples = sum(step_samples)
-        timed_samples = sum(step_samples[len(step_samples) - timed_steps:]) if timed_steps else 0
-    achieved = flops_per_step * timed_steps / train_s if flops_per_step and train_s > 0 else None
-    loss_scale, skipped = scaling.recorded()
-    return TrainOutcome(
-        steps=steps, train_samples=train_samples,
-        metric=workload.metric, higher_is_better=workload.higher_is_better,
-        final_metric=evals[-1].value, target=spec.target,
-        target_reached=target_reached(spec, reached),
-        steps_to_target=reached.steps if reached else None,
-        samples_to_target=reached.samples if reached else None,
-        time_to_target_s=reached.time_s if reached else None,
-        samples_per_s=timed_samples / train_s if train_s > 0 else None,
-        flops_per_step=flops_per_step, achieved_flops=achieved, mfu=mfu(achieved, peak), peak_flops=peak,
-        data_time_s=data_s,
-        data_share=data_s / (train_s + (compile_s or 0.0)) if train_s > 0 else None,
-        data_info=data_info or None,
-        loss=[v if math.isfinite(v) else None for v in losses], evals=list(evals),
-        step_time=step_time_stats(list(durations), timing), step_times_ms=step_times_ms(list(durations)),
-        peak_memory=peak_memory, telemetry=telemetry, loss_scale=loss_scale, skipped_steps=skipped,
-        lowest_precision=lowest_precision, compile_stats=compile_stats, fp8=fp8,
-        accelerated=spec.accelerated, capability_note=spec.capability_note,
-        amp_policy=amp_policy, determinism=determinism, weights_sha256=weights_sha256, environment=environment,
-        phases=PhaseTimes(build_s=build_s + (compile_s or 0.0), train_s=train_s, eval_s=eval_s),
-        telemetry_series=series,
-    )
 
 
 # --------------------------------------------------------------------------- loss scaling

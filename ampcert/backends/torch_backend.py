@@ -34,8 +34,8 @@ from typing import Any
 import torch
 
 from ampcert import mllog
-from ampcert.amp.precision import FP8_PRECISIONS, REFERENCE, autocast_precision, dtype_name
-from ampcert.backends import distributed, loop, torch_fp8, torch_mkl, torch_precision
+from ampcert.amp.precision import REFERENCE, autocast_precision, dtype_name
+from ampcert.backends import features, loop, torch_mkl, training_loop
 from ampcert.backends.contract import (  # noqa: F401 - RunFailed: part of this module's API
     DoesNotFit,
     LossNotFinite,
@@ -43,10 +43,8 @@ from ampcert.backends.contract import (  # noqa: F401 - RunFailed: part of this 
     TrainOutcome,
     Unsupported,
 )
-from ampcert.backends.loop import step_times_ms
-from ampcert.backends.torch_compile import CompiledStep
 from ampcert.resources import shipped_label
-from ampcert.results import EvalPoint, Fp8Stats, Measured
+from ampcert.results import Measured
 from ampcert.spec import RunSpec
 from ampcert.telemetry import Telemetry, ensure_pci_bus_order, torch_cuda_gpu_ref, torch_cuda_memory
 from ampcert.workloads import registry
@@ -197,11 +195,11 @@ def weights_digest(model: torch.nn.Module) -> str:
 
 class _StepClock:
     """Per-step durations without a per-step host sync: CUDA events on GPU,
-    perf_counter on CPU (where kernels run synchronously)."""
+    perf_counter on CPU (where kernels run synchronously). Every step is timed as
+    training, and a window's training time is its wall time (the loop has synced)."""
 
     def __init__(self, device: str):
         self.cuda = device == "cuda"
-        self.durations: list[float] = []
         self._pending: list[tuple[Any, Any]] = []
         self.method = "CUDA events around each step" if self.cuda else "perf_counter around each step"
 
@@ -212,24 +210,23 @@ class _StepClock:
             return ev
         return time.perf_counter()
 
-    def stop(self, token: Any) -> None:
+    def counts(self, step: int) -> bool:
+        return True
+
+    def stop(self, token: Any, step: int, tally: training_loop.Tally) -> None:
         if self.cuda:
             ev = torch.cuda.Event(enable_timing=True)
             ev.record()
             self._pending.append((token, ev))
         else:
-            self.durations.append(time.perf_counter() - token)
+            tally.durations.append(time.perf_counter() - token)
 
-    def collect(self) -> None:
-        """Resolve pending CUDA events (the caller has synchronised)."""
+    def window(self, wall_s: float, tally: training_loop.Tally) -> float:
+        """Resolve pending CUDA events (the loop has synchronised)."""
         for start, end in self._pending:
-            self.durations.append(start.elapsed_time(end) / 1e3)
+            tally.durations.append(start.elapsed_time(end) / 1e3)
         self._pending.clear()
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
+        return wall_s
 
 
 def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None = None) -> TrainOutcome:
@@ -238,253 +235,165 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
 
     Telemetry samples the whole run (phases init, train, eval); the outcome
     holds its summary and its samples."""
-    cuda = spec.device == "cuda"
-    if cuda:
+    if spec.device == "cuda":
         ensure_pci_bus_order()  # before CUDA starts in this process, so torch and NVML agree
-    dctx = distributed.current() if spec.launcher == "torchrun" else None
-    if dctx is not None and not dctx.is_main:  # rank 0 samples every device of its node
-        tel = distributed.NullTelemetry(dctx.rank)
-    else:
-        tel = Telemetry.start(spec.device, spec.telemetry_rate_hz,
-                              gpus=_local_gpus(dctx) if cuda else None,
-                              framework_memory=torch_cuda_memory if cuda else None)
+    run = training_loop.Run(spec, log, registry.get(spec.workload), TorchFramework(spec),
+                            features.for_run(spec, "torch"))
     try:
-        return _train(spec, log, progress, tel)
+        return training_loop.train(run, progress)
     except torch.OutOfMemoryError as exc:  # a finding at this batch, not a crash (a memory sweep's point)
         raise DoesNotFit.during(spec.device, spec.batch_size, exc) from exc
-    finally:
-        tel.close()  # a failed run stops the sampler too
 
 
-def _local_gpus(dctx: distributed.DistContext | None) -> list[int | str]:
-    """The GPUs to sample: this process's, or under torchrun every local rank's."""
-    if dctx is None:
-        return [torch_cuda_gpu_ref()]
-    return [torch_cuda_gpu_ref(i) for i in range(dctx.local_world)]
+class TorchFramework(loop.TaskData):
+    """The torch side of the training loop (:class:`~ampcert.backends.training_loop.Framework`).
 
+    The step is ``run_step(x, y)``: by default :meth:`train_step` (the autocast region
+    around ``forward(x, y)``, then the loss scaler's backward, step and update). Features
+    replace its parts: the compile scope ``forward`` or the whole ``run_step``,
+    torchrun the ``train_model``, ``shard``, ``reduce_losses`` and ``evaluates``."""
 
-def _train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] | None,
-           tel: Telemetry) -> TrainOutcome:
-    progress = progress or (lambda _: None)
-    device = spec.device
-    loop.log_init_start(log)
-    determinism = seed_everything(spec.seed, device)
-    workload = registry.get(spec.workload)
-    params = workload.Params.model_validate(spec.params)
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        if spec.device_memory_limit is not None:
-            _shrink_device(spec.device_memory_limit)
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+        self.device = spec.device
+        self.clock = _StepClock(spec.device)
+        self.amp = make_amp(spec)
+        self.scaling: loop.NoLossScaling = self.amp.scaler
+        self.losses: list[torch.Tensor] = []  # per step, on the device until the window is read
+        self.evaluates = True  # False on a torchrun rank other than 0
+        self.shard: Callable[[Any, Any, int], tuple[Any, Any]] | None = None
+        self.reduce_losses: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self.first: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.run_step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = self.train_step
+        self.forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = self.forward_loss
 
-    t_build = time.perf_counter()
-    task = workload.build(params, spec.seed, device)
-    model = task.model
-    stream = loop.train_stream(task)  # None: in memory, drawn by index
-    if spec.batch_size is not None:  # a memory-sweep run trains at the sweep's batch
-        task.batch_size = loop.sweep_batch(spec, len(task.train_x) if stream is None else None)
-    # A streamed task's FLOPs are counted on its first batch, drawn now; its wait
-    # is step 1's data time (added to the training and data time below).
-    first, first_wait_s = None, 0.0
-    if stream is not None and not task.flops_per_step:
-        t_first = time.perf_counter()
-        first = _device_batch(next(stream), device)
-        first_wait_s = time.perf_counter() - t_first
-    # Counted on the model as built: an FP8 layer does the same matmuls.
-    flops_per_step = task.flops_per_step or count_train_flops(task, first)
-    fp8 = torch_fp8.prepare(model, spec) if spec.precision in FP8_PRECISIONS else None
-    optimizer = task.make_optimizer(model.parameters())
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, task.lr_lambda) if task.lr_lambda else None
-    amp = make_amp(spec)
-    build_s = time.perf_counter() - t_build - first_wait_s
-    # Under torchrun: train through DistributedDataParallel, evaluate `model` on rank 0.
-    dctx = distributed.current() if spec.launcher == "torchrun" else None
-    train_model, rank0 = model, dctx is None or dctx.is_main
-    # Watches the first step: what precision the run really computed in (MLPerf's disclosure).
-    probe = torch_precision.PrecisionProbe(model, device)
-    if dctx is not None:
-        dctx.check_batch(task.batch_size)
-        train_model = dctx.wrap(model, device)
-        torch_precision.record_comm_dtype(train_model, probe.observed)
-    lowest_precision = None
+    # ---------------------------------------------------------------- building
+    def start_telemetry(self, gpus: list[int | None]) -> Telemetry:
+        cuda = self.device == "cuda"
+        return Telemetry.start(self.device, self.spec.telemetry_rate_hz,
+                               gpus=[torch_cuda_gpu_ref(g) for g in gpus] if cuda else None,
+                               framework_memory=torch_cuda_memory if cuda else None)
 
-    budget = spec.train
-    assert budget is not None, "ampcert trains its own workloads only; a command job trains itself"
-    limit = budget.step_limit
-    n_train = len(task.train_x) if stream is None else loop.stream_size(task.train_data)
-    loop.log_run_config(log, spec, task.batch_size, n_train, len(task.eval_x), amp.policy.get("name"),
-                        [("world_size", dctx.world)] if dctx is not None else [])
+    def build(self, run: training_loop.Run) -> None:
+        spec, tally, device = self.spec, run.tally, self.device
+        tally.determinism = seed_everything(spec.seed, device)
+        params = run.workload.Params.model_validate(spec.params)
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        t_build = time.perf_counter()
+        self.task = task = run.workload.build(params, spec.seed, device)
+        self.model = self.train_model = task.model
+        self.stream = loop.train_stream(task)  # None: in memory, drawn by index
+        if self.stream is not None:
+            tally.step_samples = []
+        run.built()  # the features' turn: a memory-sweep point's batch size
+        # A streamed task's FLOPs are counted on its first batch, drawn now; its wait
+        # is step 1's data time (added to the training and data time below).
+        first_wait_s = 0.0
+        if self.stream is not None and not task.flops_per_step:
+            t_first = time.perf_counter()
+            self.first = _device_batch(next(self.stream), device)
+            first_wait_s = time.perf_counter() - t_first
+        # Counted on the model as built: an FP8 layer does the same matmuls.
+        tally.flops_per_step = task.flops_per_step or count_train_flops(task, self.first)
+        run.model_ready()  # the features' turn: FP8 conversion, DDP, the precision probe
+        self.optimizer = task.make_optimizer(self.model.parameters())
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, task.lr_lambda) if task.lr_lambda else None
+        tally.build_s = time.perf_counter() - t_build - first_wait_s
+        tally.train_s = tally.data_s = first_wait_s  # 0 but for a streamed first batch drawn while building
+        tally.batch_size, tally.amp_policy, tally.data_info = task.batch_size, self.amp.policy, task.data_info
+        tally.peak = loop.peak_flops(spec)
+        loop.log_run_config(run.log, spec, task.batch_size, self.train_examples(), len(task.eval_x),
+                            self.amp.policy.get("name"), run.config)
+        self.batches = self.indexed_batches(spec.seed)
+        self.model.train()
 
-    clock = _StepClock(device)
-    losses: list[torch.Tensor] = []
-    evals: list[EvalPoint] = []
-    batches = loop.index_batches(len(task.train_x), task.batch_size, spec.seed) if stream is None else None
-    eval_s = 0.0
-    train_s = data_s = first_wait_s  # 0 but for a streamed first batch drawn while building
-    trained = 0  # samples trained so far: steps x batch_size, or a stream's batches' lengths
-    step_samples: list[int] | None = None if stream is None else []
-    reached: loop.Reached | None = None
-    scaler = amp.scaler
+    def limit_device_memory(self, limit: int) -> None:
+        """Let this process use only ``limit`` bytes of its GPU, as a card that small would:
+        the caching allocator raises out of memory past it (a memory sweep's emulated card)."""
+        if self.device != "cuda":
+            return
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        if limit > total:
+            raise Unsupported(f"memory.device_memory: {limit} bytes is more than this GPU's {total}; "
+                              "a smaller card can be emulated, a larger one cannot")
+        torch.cuda.set_per_process_memory_fraction(limit / total)
 
-    def forward_loss(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        return task.loss_fn(train_model(xb), yb)
+    def forget_peak_memory(self) -> None:
+        if self.device == "cuda":
+            self.sync()
+            torch.cuda.reset_peak_memory_stats()
 
-    def whole_step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        """The training step as a user compiles it (`torch_compile: {scope: step}`)."""
-        with amp.autocast():
-            loss = forward_loss(xb, yb)
+    # ---------------------------------------------------------------- training
+    def batch(self, step: int, run: training_loop.Run) -> tuple[Any, int]:
+        task = self.task
+        if self.batches is not None:
+            idx = torch.from_numpy(next(self.batches))
+            x, y = task.train_x[idx], task.train_y[idx]
+            samples = task.batch_size
+        else:  # streamed: the next batch (waiting for it is data time), as long as it is
+            assert self.stream is not None
+            x, y = self.first if self.first is not None else _device_batch(next(self.stream), self.device)
+            self.first = None
+            samples = len(x)
+        if task.augment is not None:
+            x, y = task.augment(x, y, step)
+        if self.shard is not None:  # this rank's shard of the global batch
+            x, y = self.shard(x, y, step)
+        return (x, y), samples
+
+    def forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.task.loss_fn(self.train_model(x), y)
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The training step as a user writes it (and compiles it, `torch_compile: {scope:
+        step}`): the autocast region around ``forward``, the scaler's backward, step, update."""
+        with self.amp.autocast():
+            loss = self.forward(x, y)
+        scaler = self.amp.scaler
         scaler.scale(loss).backward()
-        scaler.step(optimizer)
+        scaler.step(self.optimizer)
         scaler.update()
         return loss
 
-    # compile: true runs compile one of these from step 2 on (backends/torch_compile.py).
-    step_scope = spec.torch_compile is not None and spec.torch_compile.scope == "step"
-    compiled = CompiledStep(spec.torch_compile, whole_step if step_scope else forward_loss) \
-        if spec.torch_compile is not None else None
+    def step(self, batch: Any, step: int) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.run_step(*batch)
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.losses.append(loss.detach().float())
 
-    log.start(mllog.RUN_START)
-    run_start = time.perf_counter()
-    step = 0
-    sweep_peak: Measured | None = None
-    model.train()
-    while step < limit:
-        window = min(budget.eval_every, limit - step)
-        log.start(mllog.BLOCK_START, metadata=loop.block_metadata(step + 1, window, trained))
-        tel.phase("train")
-        t_window = time.perf_counter()
-        for _ in range(window):
-            step += 1
-            tok = clock.start()
-            t_step = t_data = time.perf_counter()
-            if batches is not None:
-                idx = torch.from_numpy(next(batches))
-                x, y = task.train_x[idx], task.train_y[idx]
-                trained += task.batch_size
-            else:  # streamed: the next batch (waiting for it is data time), as long as it is
-                x, y = first if first is not None else _device_batch(next(stream), device)
-                first = None
-                if dctx is not None and len(x) % dctx.world:
-                    raise Unsupported(f"train_data: batch {step} has {len(x)} examples, which do not split "
-                                      f"into {dctx.world} equal per-rank shards (drop the ragged last batch)")
-                step_samples.append(len(x))
-                trained += len(x)
-            if task.augment is not None:
-                x, y = task.augment(x, y, step)
-            if dctx is not None:  # this rank's shard of the global batch
-                x, y = dctx.shard(x), dctx.shard(y)
-            data_s += time.perf_counter() - t_data
-            optimizer.zero_grad(set_to_none=True)
-            if fp8 is not None:
-                fp8.before_step(step)
-            whole = step_scope and step > 1  # this step is whole_step, compiled
-            # Step 1's time includes the probe's per-op bookkeeping (it also holds the warm-up).
-            with probe if step == 1 else contextlib.nullcontext():
-                if whole:
-                    assert compiled is not None
-                    loss = compiled(x, y)
-                else:
-                    with amp.autocast():
-                        loss = (compiled if compiled is not None and step > 1 else forward_loss)(x, y)
-                    scaler.scale(loss).backward()
-            if compiled is not None and step == 2:
-                compiled.first_step_done()
-            if step == 1:
-                probe.remove_hooks()
-                lowest_precision = loop.log_lowest_precision(
-                    log, torch_precision.disclosure(probe.observed, spec.world_size,
-                                                    fp8_layers=fp8.converted() if fp8 is not None else 0))
-            if not whole:
-                scaler.step(optimizer)
-                scaler.update()
-            if scheduler is not None:
-                scheduler.step()
-            losses.append(loss.detach().float())
-            if spec.injected_slowdown:  # fault injection: this precision's path made slower on purpose
-                _sync(device)
-                loop.hold_step(spec.injected_slowdown, t_step)
-            if spec.is_memory_sweep and step == 1 and device == "cuda":  # the warm-up's peak left out
-                _sync(device)
-                torch.cuda.reset_peak_memory_stats()
-            clock.stop(tok)
-        _sync(device)
-        train_s += time.perf_counter() - t_window
-        if spec.is_memory_sweep and sweep_peak is None:  # training's peak, before any evaluation
-            sweep_peak = _peak_memory(device, after_warmup=True)
-        clock.collect()
-        log.end(mllog.BLOCK_STOP, metadata=loop.block_metadata(step - window + 1, window, trained))
+    def window_losses(self, count: int) -> list[float]:
+        window = torch.stack(self.losses[-count:])
+        if self.reduce_losses is not None:  # the global batch's loss: the mean of the ranks' shard means
+            window = self.reduce_losses(window)
+        self.losses.clear()
+        return window.cpu().tolist()
 
-        window_losses = torch.stack(losses[-window:])
-        if dctx is not None:  # the global batch's loss: the mean of the ranks' shard means
-            window_losses = dctx.mean(window_losses)
-            losses[-window:] = list(window_losses)
-        finite = torch.isfinite(window_losses)
-        scaler.check_window(finite.tolist(), step, spec.precision)
+    def sync(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
 
-        tel.phase("eval")
-        t_eval = time.perf_counter()
-        log.start(mllog.EVAL_START, metadata=loop.eval_metadata(step, trained))
+    def evaluate(self) -> float:
+        if not self.evaluates:
+            return math.nan
+        task, model = self.task, self.model
         model.eval()
-        with torch.no_grad(), amp.autocast():
-            value = float(task.evaluate(model, task.eval_x, task.eval_y)) if rank0 else math.nan
+        with torch.no_grad(), self.amp.autocast():
+            value = float(task.evaluate(model, task.eval_x, task.eval_y))
         model.train()
-        _sync(device)
-        eval_s += time.perf_counter() - t_eval
-        samples = trained
-        loop.log_eval_value(log, workload.metric, value, step, samples)
-        log.end(mllog.EVAL_STOP, metadata=loop.eval_metadata(step, samples))
-        evals.append(EvalPoint(step=step, samples=samples, train_time_s=train_s, value=value))
-        scaler.log_eval(log, step)
-        if dctx is not None:  # every rank follows rank 0's evaluation
-            decision = dctx.decide(_decision(value, budget.target, workload.higher_is_better, reached), device)
-            if not rank0:
-                if decision == distributed.FAIL:
-                    raise RunFailed(f"rank 0 ended the run at step {step}")
-                if decision == distributed.STOP:
-                    break
-                continue
-        if not math.isfinite(value):
-            raise LossNotFinite(f"eval {workload.metric} is {value} at step {step}")
-        progress({"step": step, "limit": limit, "metric": value,
-                  "loss": float(window_losses[finite].mean()) if finite.any() else float("nan")})
+        return value
 
-        if reached is None and loop.target_hit(value, budget.target, workload.higher_is_better):
-            reached = loop.Reached(steps=step, samples=samples, time_s=time.perf_counter() - run_start)
-            break
+    def peak_memory(self, sweep: bool = False) -> Measured:
+        return _peak_memory(self.device, after_warmup=sweep)
 
-    telemetry, series = loop.stop_telemetry(tel, log, trained)
-    log.end(mllog.RUN_STOP, metadata=mllog.run_stop_metadata(budget.target, reached is not None, step))
-    all_losses = torch.stack(losses).cpu().tolist()
-    peak_memory, weights_sha256 = sweep_peak or _peak_memory(device), weights_digest(model)
-    environment: dict[str, Any] = {
-        "torch": torch.__version__,
-        "device_name": torch.cuda.get_device_name() if device == "cuda" else _cpu_name(),
-        "data": task.data_note,
-    }
-    if dctx is not None:
-        determinism["world_size"] = dctx.world
-        environment["distributed"] = dctx.describe(spec, task.batch_size)
-    return loop.outcome(
-        spec, workload, task.batch_size, steps=step, losses=all_losses, evals=evals,
-        reached=reached, scaling=scaler, build_s=build_s, train_s=train_s, eval_s=eval_s, data_s=data_s,
-        durations=clock.durations, timing=clock.method, flops_per_step=flops_per_step,
-        # Under torchrun on GPUs every GPU contributes to the achieved FLOP/s.
-        peak=loop.peak_flops(spec, dctx.world if dctx is not None and device == "cuda" else 1),
-        telemetry=telemetry, series=series, amp_policy=amp.policy, determinism=determinism,
-        environment=environment, peak_memory=peak_memory, weights_sha256=weights_sha256,
-        data_info=task.data_info, lowest_precision=lowest_precision,
-        compile_stats=compiled.stats(step_times_ms(clock.durations)) if compiled is not None else None,
-        fp8=Fp8Stats.model_validate(fp8.summary()) if fp8 is not None else None,
-        step_samples=step_samples,
-    )
-
-
-def _decision(value: float, target: float | None, higher_is_better: bool, reached: loop.Reached | None) -> int:
-    """Rank 0's verdict after an evaluation, as the other ranks must follow it."""
-    if not math.isfinite(value):
-        return distributed.FAIL
-    if reached is None and loop.target_hit(value, target, higher_is_better):
-        return distributed.STOP
-    return distributed.CONTINUE
+    def finish(self, tally: training_loop.Tally) -> None:
+        tally.weights_sha256 = weights_digest(self.model)
+        tally.environment = {
+            "torch": torch.__version__,
+            "device_name": torch.cuda.get_device_name() if self.device == "cuda" else _cpu_name(),
+            "data": self.task.data_note,
+        }
 
 
 def count_train_flops(task, batch: tuple[torch.Tensor, torch.Tensor] | None = None) -> float | None:
@@ -524,16 +433,6 @@ def _cpu_name() -> str:
     from ampcert.envinfo import cpu_info
 
     return cpu_info()["model"]
-
-
-def _shrink_device(limit: int) -> None:
-    """Let this process use only ``limit`` bytes of its GPU, as a card that small would:
-    the caching allocator raises out of memory past it (a memory sweep's emulated card)."""
-    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    if limit > total:
-        raise Unsupported(f"memory.device_memory: {limit} bytes is more than this GPU's {total}; "
-                          "a smaller card can be emulated, a larger one cannot")
-    torch.cuda.set_per_process_memory_fraction(limit / total)
 
 
 def _peak_memory(device: str, after_warmup: bool = False) -> Measured:

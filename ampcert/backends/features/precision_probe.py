@@ -1,0 +1,55 @@
+"""What precision a run really computed in (MLPerf's ``lowest_numerical_precision``
+disclosure), measured on its first step: torch watches the step's ops
+(:mod:`ampcert.backends.torch_precision`), JAX traces the step apart and reads the
+jaxpr (:mod:`ampcert.backends.jax_precision`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ampcert.backends import loop
+from ampcert.backends.training_loop import Feature, Run
+
+
+class TorchPrecisionProbe(Feature):
+    """Watches step 1 (forward, backward and the optimizer step; only matmul, convolution
+    and attention ops count), and under DDP the dtype of the gradient buckets."""
+
+    def __init__(self) -> None:
+        self.probe: Any = None
+
+    def model_ready(self, run: Run) -> None:
+        from ampcert.backends import torch_precision
+
+        fw: Any = run.framework
+        self.probe = torch_precision.PrecisionProbe(fw.model, run.spec.device)
+        if fw.train_model is not fw.model:  # wrapped for data parallelism: its collective's dtype
+            torch_precision.record_comm_dtype(fw.train_model, self.probe.observed)
+
+    def before_step(self, run: Run, step: int) -> None:
+        if step == 1:
+            self.probe.__enter__()
+
+    def after_step(self, run: Run, step: int) -> None:
+        if step != 1:
+            return
+        from ampcert.backends import torch_precision
+
+        self.probe.__exit__(None, None, None)
+        self.probe.remove_hooks()
+        run.tally.lowest_precision = loop.log_lowest_precision(
+            run.log, torch_precision.disclosure(self.probe.observed, run.spec.world_size,
+                                                fp8_layers=run.fp8_layers))
+
+
+class JaxPrecisionProbe(Feature):
+    """Traces step 1 apart before it runs (no compile, no run) and reads what XLA will compute in."""
+
+    def before_step(self, run: Run, step: int) -> None:
+        if step != 1:
+            return
+        from ampcert.backends import jax_precision
+
+        fw: Any = run.framework
+        run.tally.lowest_precision = loop.log_lowest_precision(
+            run.log, jax_precision.observe(fw.step_fn, fw.step_args(fw.last, 1), run.spec.device))
