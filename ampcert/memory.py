@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ampcert import formats
 from ampcert.aggregate import REFERENCE, TABLE_ORDER, group_key
+from ampcert.configio import read_yaml_file
 from ampcert.errors import UserError
 from ampcert.results import FailureKind, ResultsDir, ResultSet, RunResult
 from ampcert.spec import MemorySweep, RunSpec
@@ -273,10 +274,23 @@ def sweep_of(suite_doc: dict[str, Any], where: object = "suite.yaml") -> MemoryS
                         "edited after the run; restore it, or run the sweep again)") from None
 
 
-def folder_fits(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str, Any]) -> list[MemoryFit]:
-    """The sweep's fits of a results folder, against the suite's budgets or else the device's own
-    memory, each budget with its confirming run where one ran (:func:`confirming_runs`)."""
-    fits, confirming = _fits_and_confirmations(rs, plan, suite_doc)
+def stored_sweep(rd: ResultsDir) -> MemorySweep | None:
+    """The suite's ``memory:`` as the folder stores it (suite.yaml), typed: None where the
+    suite has none, or the folder no suite.yaml (one put together by hand or by a tool: the
+    device's own memory is then the budget, and the report says which). An unreadable
+    suite.yaml, or a ``memory:`` that no longer parses, is a UserError naming it: its budgets
+    are never replaced by the device's memory without a word."""
+    if not rd.suite_file.exists():
+        return None
+    doc, _ = read_yaml_file(rd.suite_file, "stored suite (suite.yaml)", mapping="suite settings")
+    return sweep_of(doc, rd.suite_file)
+
+
+def folder_fits(rs: ResultSet, plan: StoredPlan, sweep: MemorySweep | None) -> list[MemoryFit]:
+    """The sweep's fits of a results folder, against the suite's budgets (``sweep``, the
+    stored suite's: :func:`stored_sweep`) or else the device's own memory, each budget with
+    its confirming run where one ran (:func:`confirming_runs`)."""
+    fits, confirming = _fits_and_confirmations(rs, plan, sweep)
     rd = ResultsDir(rs.root)
     for fit, budget, spec in confirming:
         result = rd.read_result(spec.run_id)
@@ -285,22 +299,21 @@ def folder_fits(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str, Any]) -> l
     return fits
 
 
-def confirming_runs(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str, Any]) -> list[RunSpec]:
+def confirming_runs(rs: ResultSet, plan: StoredPlan, sweep: MemorySweep | None) -> list[RunSpec]:
     """The runs that confirm a finished sweep: per subject, one at the fitted largest batch of the
     smallest budget the device at hand holds, on CUDA limited to that budget (a suite's budget is
     a smaller card, emulated as the sweep's ``device_memory`` is), so that a line that understates
     the memory runs out of it there. A CPU's own memory is not confirmed (the host's, shared with
     everything on it; a suite's budgets are). Derived from the stored results, the same on every
     call: `--resume` finds them done."""
-    return [spec for _, _, spec in _fits_and_confirmations(rs, plan, suite_doc)[1]]
+    return [spec for _, _, spec in _fits_and_confirmations(rs, plan, sweep)[1]]
 
 
-def _fits_and_confirmations(rs: ResultSet, plan: StoredPlan, suite_doc: dict[str, Any]
+def _fits_and_confirmations(rs: ResultSet, plan: StoredPlan, sweep: MemorySweep | None
                             ) -> tuple[list[MemoryFit], list[tuple[MemoryFit, BudgetFit, RunSpec]]]:
     """The fits, and each confirming run with the fit and the budget it confirms."""
     if not rs.memory_runs:
         return [], []
-    sweep = sweep_of(suite_doc, ResultsDir(rs.root).suite_file)
     budgets = [int(b) for b in sweep.budgets] if sweep is not None else []
     # An emulated smaller card (memory.device_memory) is the device the sweep ran on.
     emulated = next((r.spec.device_memory_limit for r in rs.memory_runs if r.spec.device_memory_limit), None)

@@ -380,7 +380,7 @@ def _sweep_folder(tmp_path, device: str, memory: dict, measured, extra=()):
     import yaml
     from factories import write_results
 
-    from ampcert.report.model import stored_suite_doc
+    from ampcert.memory import stored_sweep
     from ampcert.results import ResultsDir, atomic_write_json
 
     root = write_results(tmp_path / f"{device}-folder", measured)
@@ -392,7 +392,7 @@ def _sweep_folder(tmp_path, device: str, memory: dict, measured, extra=()):
     rd.suite_file.write_text(yaml.safe_dump({"name": "t", "memory": memory}))
     for result in extra:
         atomic_write_json(rd.result_file(result.run_id), result)
-    return load(root), rd.read_plan(), stored_suite_doc(rd.suite_file.read_text())
+    return load(root), rd.read_plan(), stored_sweep(rd)
 
 
 def _lines(device: str):
@@ -482,12 +482,20 @@ def test_a_stored_sweep_edited_after_the_run_is_one_clear_error_not_the_devices_
     """suite.yaml's `memory:` was valid when the suite ran; edited since into something that
     does not parse, its budgets are not replaced by the device's memory without a word."""
     from ampcert.errors import UserError
-    from ampcert.memory import folder_fits
 
-    rs, stored, doc = _sweep_folder(tmp_path, "cpu", {"batch_sizes": [16, 32, 64], "budgets": ["a lot"]},
-                                    _lines("cpu"))
     with pytest.raises(UserError, match=r"suite\.yaml: memory\.budgets\.0: .*edited after the run"):
-        folder_fits(rs, stored, doc)
-    rs, stored, doc = _sweep_folder(tmp_path / "list", "cpu", ["not", "a", "mapping"], _lines("cpu"))
+        _sweep_folder(tmp_path, "cpu", {"batch_sizes": [16, 32, 64], "budgets": ["a lot"]}, _lines("cpu"))
     with pytest.raises(UserError, match=r"suite\.yaml: memory: "):
-        folder_fits(rs, stored, doc)
+        _sweep_folder(tmp_path / "list", "cpu", ["not", "a", "mapping"], _lines("cpu"))
+    # suite.yaml gone, or no longer YAML: the same, never the device's memory instead
+    rs, stored, sweep = _sweep_folder(tmp_path / "gone", "cpu", {"batch_sizes": [16, 32, 64]}, _lines("cpu"))
+    from ampcert.memory import stored_sweep
+    from ampcert.results import ResultsDir
+
+    rd = ResultsDir(rs.root)
+    rd.suite_file.write_text("memory: [unclosed")
+    with pytest.raises(UserError, match=r"suite\.yaml: malformed YAML at line 1"):
+        stored_sweep(rd)
+    rd.suite_file.write_text("- a list, not a suite\n")
+    with pytest.raises(UserError, match=r"suite\.yaml: expected a mapping of suite settings"):
+        stored_sweep(rd)

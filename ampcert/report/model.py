@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ampcert.aggregate import Aggregate, aggregate, steady
 from ampcert.certify.checks import Certificate
 from ampcert.envinfo import CPU_FLAGS_OF_INTEREST
-from ampcert.memory import MemoryFit, folder_fits
+from ampcert.memory import MemoryFit, folder_fits, stored_sweep
 from ampcert.plan import CapacityPlan, capacity_plan
 from ampcert.resources import schema_path
 from ampcert.results import ResultsDir, ResultSet, RunResult
@@ -377,7 +377,8 @@ def build_report(rs: ResultSet) -> Report:
         steady_state={r.run_id: found for r in runs if r.status == "completed" and (found := steady(r))},
         not_measured=_not_measured(runs, plan.capabilities or {}),
         capacity=_capacity(runs),
-        memory=folder_fits(rs, plan, doc), memory_missing_runs=sorted(rs.memory_missing),
+        memory=folder_fits(rs, plan, stored_sweep(rd) if rs.memory_runs else None),
+        memory_missing_runs=sorted(rs.memory_missing),
     )
     # Install paths, wherever the stored results carry one (policy and rule sources, data
     # provenance, messages); the suite's text stays as given, its sha256 is over those bytes.
@@ -386,7 +387,9 @@ def build_report(rs: ResultSet) -> Report:
 
 
 def stored_suite_doc(suite_text: str) -> dict[str, Any]:
-    """The stored suite.yaml as a mapping ({} where it is absent or unreadable)."""
+    """The stored suite.yaml as a mapping ({} where it is absent or unreadable), for what the
+    report only shows (its description); the sweep's settings are read typed
+    (:func:`ampcert.memory.stored_sweep`)."""
     try:
         import yaml
 
@@ -401,8 +404,7 @@ def memory_fits(rs: ResultSet) -> list[MemoryFit]:
     rd = ResultsDir(rs.root)
     if not rs.memory_runs:
         return []
-    suite_text = rd.suite_file.read_text(encoding="utf-8") if rd.suite_file.exists() else ""
-    return folder_fits(rs, rd.read_plan(), stored_suite_doc(suite_text))
+    return folder_fits(rs, rd.read_plan(), stored_sweep(rd))
 
 
 def _capacity(runs: list[RunResult]) -> CapacityPlan | None:

@@ -160,16 +160,14 @@ def _execute(root: Path, runs: list[RunSpec], executor: Executor, *, rules: str 
 def _confirm_memory(root: Path, executor: Executor, retry_failed: bool, emit: OnEvent, fleet: FleetOptions) -> None:
     """The memory sweep's confirming runs (one per subject at its fitted largest batch,
     ampcert.memory.confirming_runs), derived from the stored sweep, through the same driver."""
-    from ampcert.memory import confirming_runs
-    from ampcert.report.model import stored_suite_doc
+    from ampcert.memory import confirming_runs, stored_sweep
     from ampcert.results import ResultsDir, load
     from ampcert.runner.fleet import run_fleet
     from ampcert.runner.planning import pending_runs
 
     rd = ResultsDir(root)
     rs = load(root)
-    suite_text = rd.suite_file.read_text(encoding="utf-8") if rd.suite_file.exists() else ""
-    confirm = confirming_runs(rs, rd.read_plan(), stored_suite_doc(suite_text))
+    confirm = confirming_runs(rs, rd.read_plan(), stored_sweep(rd) if rs.memory_runs else None)
     todo = pending_runs(rd, confirm, retry_failed, emit)
     if not todo:
         return
