@@ -262,21 +262,25 @@ def parse(lines: Iterable[str], source: str, *, in_order: bool = True) -> list[L
 
 
 def iter_events(lines: Iterable[str], source: str, *, in_order: bool = True,
-                on_bad: Callable[[LogError], None] | None = None) -> Iterator[LogEvent]:
+                on_bad: Callable[[LogError], None] | None = None, power_log: bool = False) -> Iterator[LogEvent]:
     """:func:`parse`, one event at a time: what :func:`summarize` reads a file through,
     so no more than one event is held.
 
     Strict by default: the first line that is not a whole event (or goes back in time)
     raises. With ``on_bad``, the tolerant mode, that line's :class:`LogError` is handed to
     it and the line skipped: for a checker that reports every bad line (``ampcert check``)
-    and for the tail of a log still being written (a command job's progress)."""
+    and for the tail of a log still being written (a command job's progress).
+
+    ``power_log``: an MLPerf power log, read as MLPerf's result summarizer reads one (its
+    events need a key and a numeric time; any event_type, SMC's own included; a metadata
+    that is not an object, such as SMC v4.0's ``""``, is none; the namespace is not read)."""
     previous: LogEvent | None = None
     for number, raw in enumerate(lines, start=1):
         at = raw.find(MARKER)
         if at < 0:
             continue
         try:
-            event = _event(raw, at + len(MARKER), number, source)
+            event = _event(raw, at + len(MARKER), number, source, power_log)
             if in_order and previous is not None and event.time_ms < previous.time_ms:
                 raise LogError(source, number, f"time_ms {_ms(event.time_ms)} is before the previous event's "
                                f"{_ms(previous.time_ms)} (line {previous.line}): timestamps go backwards")
@@ -397,7 +401,7 @@ def file_lines(pieces: Iterable[bytes], source: str) -> Iterator[str]:
         yield ""
 
 
-def _event(raw: str, start: int, number: int, source: str) -> LogEvent:
+def _event(raw: str, start: int, number: int, source: str, power_log: bool = False) -> LogEvent:
     def fail(detail: str) -> LogError:
         return LogError(source, number, detail)
 
@@ -412,6 +416,8 @@ def _event(raw: str, start: int, number: int, source: str) -> LogEvent:
         raise fail(f"MLLOG event cannot be read: {type(exc).__name__}: {exc}") from None
     if not isinstance(record, dict):
         raise fail(f"MLLOG event is a JSON {type(record).__name__}, not an object")
+    if power_log:
+        return _power_event(record, number, fail)
     for name in ("time_ms", "key", "event_type"):
         if name not in record:
             raise fail(f"MLLOG event has no {name}")
@@ -434,6 +440,15 @@ def _event(raw: str, start: int, number: int, source: str) -> LogEvent:
         raise fail(f"{key}: namespace {_show(namespace)} is not a string")
     return LogEvent(line=number, time_ms=float(time_ms), event_type=event_type, key=key,
                     value=record.get("value"), metadata=metadata, namespace=namespace)
+
+
+def _power_event(record: dict[str, Any], number: int, fail: Callable[[str], LogError]) -> LogEvent:
+    """A power log's event, as the summarizer takes it (see :func:`iter_events`)."""
+    key, time_ms, metadata = record.get("key"), record.get("time_ms"), record.get("metadata")
+    if not isinstance(key, str) or not key or not _is_number(time_ms) or not math.isfinite(time_ms):
+        raise fail("an MLLOG event without a key and a numeric time_ms")
+    return LogEvent(line=number, time_ms=float(time_ms), event_type=str(record.get("event_type")), key=key,
+                    value=record.get("value"), metadata=metadata if isinstance(metadata, dict) else {})
 
 
 # --------------------------------------------------------------------------- what the events say

@@ -47,7 +47,6 @@ runs and ``no_figure`` saying so. 1 kWh is 3.6 MJ.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -58,7 +57,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert.errors import UserError
-from ampcert.mllog_reader import MARKER, LogEvent, TrainingLog
+from ampcert.mllog_reader import LogError, LogEvent, TrainingLog, iter_events
 from ampcert.published import scores
 
 
@@ -332,33 +331,20 @@ def _switch_estimate(events: list[LogEvent], time_to_train: float, name: str) ->
 
 
 def _events(path: Path, folder: Path, power_logs: Mapping[str, bytes] | None = None) -> list[LogEvent]:
-    """A power log's events, in the file's order, read as the summarizer reads them, not as
-    :mod:`ampcert.mllog_reader` reads a training log: a ``metadata`` that is not an object is
-    none (SMC's v4.0 logs write ``""``). A marked line that is not a whole event with a key and
-    a numeric time is refused (the summarizer skips it)."""
+    """A power log's events, in the file's order, read by the one MLLOG reader as the
+    summarizer reads them (``power_log``), not as a training log is read: a ``metadata`` that
+    is not an object is none (SMC's v4.0 logs write ``""``). A marked line that is not a whole
+    event with a key and a numeric time is refused (the summarizer skips it)."""
     name = _name(path, folder)
     try:
         data = power_logs[name] if power_logs is not None and name in power_logs else path.read_bytes()
         text = data.decode("utf-8", errors="replace")
     except OSError as exc:
         raise _Refused(f"{name}: cannot read it: {exc.strerror or exc}") from None
-    events: list[LogEvent] = []
-    for number, raw in enumerate(text.split("\n"), start=1):
-        at = raw.find(MARKER)
-        if at < 0:
-            continue
-        try:
-            record = json.loads(raw[at + len(MARKER):])
-        except (ValueError, RecursionError) as exc:
-            raise _Refused(f"{name} line {number}: not a whole MLLOG event ({exc})") from None
-        if not isinstance(record, dict) or not isinstance(record.get("key"), str) \
-                or not _is_number(record.get("time_ms")):
-            raise _Refused(f"{name} line {number}: an MLLOG event without a key and a numeric time_ms")
-        metadata = record.get("metadata")
-        events.append(LogEvent(line=number, time_ms=float(record["time_ms"]), event_type=str(record.get("event_type")),
-                               key=record["key"], value=record.get("value"),
-                               metadata=metadata if isinstance(metadata, dict) else {}))
-    return events
+    try:
+        return list(iter_events(text.split("\n"), name, in_order=False, power_log=True))
+    except LogError as exc:
+        raise _Refused(str(exc)) from None
 
 
 def _is_number(value: Any) -> bool:
