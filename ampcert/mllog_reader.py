@@ -445,7 +445,8 @@ def _event(raw: str, start: int, number: int, source: str, power_log: bool = Fal
 def _power_event(record: dict[str, Any], number: int, fail: Callable[[str], LogError]) -> LogEvent:
     """A power log's event, as the summarizer takes it (see :func:`iter_events`)."""
     key, time_ms, metadata = record.get("key"), record.get("time_ms"), record.get("metadata")
-    if not isinstance(key, str) or not key or not _is_number(time_ms) or not math.isfinite(time_ms):
+    if not isinstance(key, str) or not key or not isinstance(time_ms, int | float) or isinstance(time_ms, bool) \
+            or not math.isfinite(time_ms):
         raise fail("an MLLOG event without a key and a numeric time_ms")
     return LogEvent(line=number, time_ms=float(time_ms), event_type=str(record.get("event_type")), key=key,
                     value=record.get("value"), metadata=metadata if isinstance(metadata, dict) else {})
