@@ -38,15 +38,12 @@ import json
 import math
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
-import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from warm_server import WarmServer
 
 from ampcert.certify.rules import load_rules
 from ampcert.results import EvalPoint, Measured, ResultsDir, RunResult, StepTimes, atomic_write_json
@@ -278,98 +275,15 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Pa
 
 # --------------------------------------------------------------------------- the CLI, warm
 
-# A server that has imported what the commands import that takes seconds: torch too, where
-# it is installed (a run, a dry run's capability probe, an audit import it: about 2 s a
-# command; its import starts no thread, so the fork is safe), but not ampcert itself, not
-# JAX (which reads JAX_PLATFORMS on import), not rich or typer (which read the terminal's
-# settings from the environment). Each connection brings a command line, a working folder, an
-# environment and the three standard streams (file descriptors, SCM_RIGHTS); the server
-# forks, and the child runs `ampcert ARGS` on those streams, then sends back its pid and
-# its exit code.
-_SERVER = r"""
-import json, os, runpy, signal, socket, sys, traceback
-import numpy, pandas, scipy.stats, yaml, pydantic, jinja2, psutil  # noqa: E401
-import matplotlib
-matplotlib.use("svg")
-import matplotlib.pyplot  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: E402
-try:
-    import torch  # noqa: F401
-except ImportError:  # a torch-free JAX environment (nox -s jax_current)
-    pass
-
-listener = socket.socket(socket.AF_UNIX)
-listener.bind(sys.argv[1])
-listener.listen(16)
-signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reap themselves
-print("ready", flush=True)
-while True:
-    conn, _ = listener.accept()
-    if os.fork():
-        conn.close()
-        continue
-    code = 70
-    try:
-        listener.close()
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the command waits for its own children
-        data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
-        req = json.loads(data)
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-            os.close(fd)
-        conn.sendall(b"%d\n" % os.getpid())
-        os.chdir(req["cwd"])
-        os.environ.clear()
-        os.environ.update(req["env"])
-        sys.stdin, sys.stdout, sys.stderr = (open(0, closefd=False), open(1, "w", closefd=False),
-                                             open(2, "w", closefd=False))
-        sys.argv = ["ampcert", *req["args"]]
-        try:
-            runpy.run_module("ampcert", run_name="__main__", alter_sys=True)
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            if not isinstance(exc.code, int) and exc.code is not None:
-                print(exc.code, file=sys.stderr)
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-        sys.stdout.flush()
-        sys.stderr.flush()
-        conn.sendall(b"%d\n" % code)
-    finally:
-        os._exit(code)
-"""
-
-# `ampcert` on PATH for shell scripts: hands its argv, environment and standard streams
-# to the server; runs the real entry point where the server's sys.path would differ.
-_SHIM = """#!{python} -S
-import json, os, socket, sys
-env = dict(os.environ)
-if env.get("PYTHONPATH", "") != {pythonpath!r}:
-    os.execv({python!r}, [{python!r}, "-m", "ampcert", *sys.argv[1:]])
-sock = socket.socket(socket.AF_UNIX)
-sock.connect({socket!r})
-socket.send_fds(sock, [json.dumps({{"args": sys.argv[1:], "cwd": os.getcwd(), "env": env}}).encode()], [0, 1, 2])
-replies = sock.makefile("rb")
-replies.readline()
-code = replies.readline()
-sys.exit(int(code) if code.strip() else 128 + 9)
-"""
-
-
 class WarmCLI:
-    """``ampcert ARGS`` as a user runs it (its own process, working folder, environment
-    and standard streams; exit code, stdout and stderr as they see them), forked from a
-    server that has already imported the heavy libraries: about 0.5 s a command instead
-    of 3. For tests of what commands do and print; how a command starts cold (what it
-    imports, the installed entry point) is tested by test_cli_imports.py and
+    """``ampcert ARGS`` as a user runs it, forked from the tests' one warm server
+    (tests/warm_server.py): about 0.5 s a command instead of 3. For tests of what commands
+    do and print; how a command starts cold is tested by test_cli_imports.py and
     test_wheel.py with real interpreters."""
 
     def __init__(self, env: dict[str, str] | None = None):
         self._env = env
-        self.proc: subprocess.Popen | None = None
-        self.lock = threading.Lock()
+        self._server: WarmServer | None = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -379,34 +293,17 @@ class WarmCLI:
             self._env = cli_env()
         return self._env
 
-    def socket_path(self) -> str:
-        """The server's socket (the server is started on first use)."""
-        with self.lock:
-            if self.proc is None or self.proc.poll() is not None:
-                self.dir = tempfile.mkdtemp(prefix="warm-cli-")
-                path = os.path.join(self.dir, "socket")
-                self.proc = subprocess.Popen([sys.executable, "-c", _SERVER, path], env=self.env,
-                                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
-                assert self.proc.stdout.readline() == b"ready\n", "the warm CLI did not start"
-                atexit.register(self.close)
-            return os.path.join(self.dir, "socket")
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        shutil.rmtree(getattr(self, "dir", ""), ignore_errors=True)
+    @property
+    def server(self) -> WarmServer:
+        if self._server is None:
+            self._server = WarmServer(self.env)
+            atexit.register(self._server.close)
+        return self._server
 
     def bin_dir(self) -> Path:
-        """A folder holding an ``ampcert`` executable that runs through this server (put it
-        first on PATH); commands run with another PYTHONPATH start cold."""
-        path = Path(os.path.dirname(self.socket_path())) / "bin"
-        if not (path / "ampcert").exists():
-            path.mkdir(exist_ok=True)
-            (path / "ampcert").write_text(_SHIM.format(python=sys.executable, socket=self.socket_path(),
-                                                       pythonpath=self.env.get("PYTHONPATH", "")))
-            (path / "ampcert").chmod(0o755)
-        return path
+        """A folder holding an ``ampcert`` executable that runs through the server (put it
+        first on PATH)."""
+        return self.server.bin_dir(("ampcert",))
 
     def __call__(self, *args: Any, cwd: Path | None = None, timeout: float = 300,
                  env: dict[str, str] | None = None, text: bool = True) -> subprocess.CompletedProcess:
@@ -416,27 +313,7 @@ class WarmCLI:
         full_env = self.env | (env or {})
         if full_env.get("PYTHONPATH") != self.env.get("PYTHONPATH"):
             return run_cli(*args, cwd=cwd, timeout=timeout, env=env)  # another sys.path: a cold start
-        argv = [str(a) for a in args]
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
-                open(os.devnull) as null, socket.socket(socket.AF_UNIX) as sock:
-            sock.connect(self.socket_path())
-            socket.send_fds(sock, [json.dumps({"args": argv, "cwd": str(cwd or REPO), "env": full_env}).encode()],
-                            [null.fileno(), out.fileno(), err.fileno()])
-            sock.settimeout(timeout)
-            replies = sock.makefile("rb")
-            pid = int(replies.readline())
-            try:
-                line = replies.readline()
-            except TimeoutError:
-                os.kill(pid, signal.SIGKILL)
-                raise subprocess.TimeoutExpired(["ampcert", *argv], timeout) from None
-            code = int(line) if line.strip() else -signal.SIGKILL
-            out.seek(0)
-            err.seek(0)
-            stdout, stderr = out.read(), err.read()
-        if text:  # as subprocess.run(text=True) decodes
-            stdout, stderr = (b.decode().replace("\r\n", "\n").replace("\r", "\n") for b in (stdout, stderr))
-        return subprocess.CompletedProcess(["ampcert", *argv], code, stdout, stderr)
+        return self.server.run(["ampcert", *(str(a) for a in args)], cwd or REPO, full_env, timeout, text)
 
 
 warm_cli = WarmCLI()
