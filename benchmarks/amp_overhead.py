@@ -49,7 +49,6 @@ import contextlib
 import copy
 import io
 import itertools
-import json
 import logging
 import os
 import platform
@@ -68,9 +67,9 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from timing import comparison, format_table, interleaved, run_measurement, write_json  # noqa: E402
 from torch import nn  # noqa: E402
 
 from ampcert.amp import DynamicLossScaler  # noqa: E402
@@ -162,92 +161,6 @@ def make_scaler_step(model: nn.Module, batches: list, scaler: Any) -> Callable[[
         scaler.update()
 
     return step
-
-
-# ---------------------------------------------------------------------------
-# interleaved timing and statistics
-# ---------------------------------------------------------------------------
-def interleaved(variants: dict[str, Callable[[], None]], rounds: int, steps: int, warmup: int,
-                budget_s: float | None = None, min_rounds: int = 5,
-                sync: Callable[[], None] = lambda: None) -> dict[str, list[float]]:
-    """Per-step ms of each variant, one entry per round; the order rotates every round.
-
-    With ``budget_s``, stops after the first complete round past the budget (but not
-    before ``min_rounds``), so a loaded machine cannot stretch the run indefinitely.
-    ``sync`` runs before each clock stops (``torch.cuda.synchronize`` on a GPU).
-    """
-    names = list(variants)
-    for name in names:
-        for _ in range(warmup):
-            variants[name]()
-    sync()
-    per: dict[str, list[float]] = {n: [] for n in names}
-    t_begin = time.perf_counter()
-    for r in range(rounds):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
-            fn = variants[name]
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                fn()
-            sync()
-            per[name].append((time.perf_counter() - t0) / steps * 1e3)
-        if budget_s is not None and r + 1 >= min_rounds and time.perf_counter() - t_begin > budget_s:
-            break
-    return per
-
-
-def ratio_stats(base: list[float], other: list[float], n_boot: int = 2000, seed: int = 0) -> dict[str, float]:
-    a, b = np.asarray(base), np.asarray(other)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(a), size=(n_boot, len(a)))
-    boots = np.median(b[idx], axis=1) / np.median(a[idx], axis=1)
-    return {
-        "ratio": float(np.median(b) / np.median(a)),
-        "ci_lo": float(np.percentile(boots, 2.5)),
-        "ci_hi": float(np.percentile(boots, 97.5)),
-        "ratio_of_min": float(b.min() / a.min()),
-        "paired_median_ratio": float(np.median(b / a)),
-    }
-
-
-def comparison(title: str, baseline: str, per: dict[str, list[float]], goals: dict[str, float | None]) -> dict[str, Any]:
-    n_rounds = len(per[baseline])
-    title = f"{title}, {n_rounds} rounds"
-    rows = []
-    for name, times in per.items():
-        row: dict[str, Any] = {
-            "variant": name,
-            "median_ms": statistics.median(times),
-            "min_ms": min(times),
-            "rounds_ms": [round(t, 4) for t in times],
-        }
-        if name != baseline:
-            row.update(ratio_stats(per[baseline], times))
-            goal = goals.get(name)
-            row["goal"] = goal
-            if goal is not None:
-                row["verdict"] = "PASS" if row["ratio"] <= goal else "MISS"
-                row["ci_spans_goal"] = row["ci_lo"] <= goal <= row["ci_hi"]
-        rows.append(row)
-    return {"title": title, "baseline": baseline, "rounds": n_rounds, "rows": rows}
-
-
-def format_table(comp: dict[str, Any]) -> str:
-    lines = [f"## {comp['title']}  (ratio = variant / {comp['baseline']})",
-             f"{'variant':<28}{'median ms':>10}{'min ms':>9}{'ratio':>8}  {'95% CI':<15}{'min-ratio':>9}"
-             f"{'goal':>7}  verdict"]
-    for r in comp["rows"]:
-        if "ratio" in r:
-            ci = f"[{r['ci_lo']:.3f},{r['ci_hi']:.3f}]"
-            goal = f"<={r['goal']:.2f}" if r.get("goal") else "-"
-            verdict = r.get("verdict", "-") + (" (CI spans goal)" if r.get("ci_spans_goal") else "")
-            lines.append(f"{r['variant']:<28}{r['median_ms']:>10.3f}{r['min_ms']:>9.3f}{r['ratio']:>8.3f}  "
-                         f"{ci:<15}{r['ratio_of_min']:>9.3f}{goal:>7}  {verdict}")
-        else:
-            lines.append(f"{r['variant']:<28}{r['median_ms']:>10.3f}{r['min_ms']:>9.3f}{'1':>8}  {'(baseline)':<15}"
-                         f"{'1':>9}{'-':>7}  -")
-    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------
@@ -623,21 +536,9 @@ def main(argv: list[str] | None = None) -> int:
     meta["load_avg_end"] = load_average()
     meta["wall_s"] = round(time.perf_counter() - t_start, 1)
     emit(f"load average at end: {meta['load_avg_end']} | wall time {meta['wall_s']} s")
-    if args.json:
-        try:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
-            emit(f"wrote {args.json}")
-        except OSError as exc:
-            emit(f"could not write {args.json}: {exc}")
+    write_json(args.json, results, emit)
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except SystemExit:  # argparse errors keep their own code
-        raise
-    except Exception:  # noqa: BLE001 - a measurement: report and exit 0
-        traceback.print_exc()
-    sys.exit(0)
+    run_measurement(main)

@@ -64,7 +64,8 @@ for _p in (_HERE.parent, _HERE):
 import torch  # noqa: E402
 import torch._dynamo  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from amp_overhead import PreLNBlock, comparison, digits_batches, format_table, interleaved  # noqa: E402
+from amp_overhead import PreLNBlock, digits_batches  # noqa: E402
+from timing import comparison, format_table, interleaved  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
 
 from ampcert.amp import DynamicLossScaler  # noqa: E402

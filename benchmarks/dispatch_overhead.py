@@ -46,7 +46,6 @@ import contextlib
 import json
 import shlex
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,6 +56,7 @@ if str(_ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from timing import interleaved  # noqa: E402
 from torch.overrides import TorchFunctionMode  # noqa: E402
 
 from ampcert.amp import autocast as amp_autocast  # noqa: E402
@@ -132,20 +132,12 @@ def measure(fn: Callable[[], object], n_ops: int, rounds: int, device: str = "cp
     the device is synchronized before the clock stops)."""
     regions = variants(device, dtype)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    names = list(regions)
-    for name in names:  # warm-up: caches, the op-name map, the policy file
-        with regions[name]():
+    for region in regions.values():  # warm-up: caches, the op-name map, the policy file
+        with region():
             fn()
-    sync()
-    per: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            with regions[name]():
-                t0 = time.perf_counter()
-                fn()
-                sync()
-                per[name].append((time.perf_counter() - t0) / n_ops * 1e6)
-    return per
+    # Each slot runs fn once inside its region, entered outside the clock.
+    per_ms = interleaved(dict.fromkeys(regions, fn), rounds, 1, sync=sync, around=lambda name: regions[name]())
+    return {name: [ms * 1e3 / n_ops for ms in times] for name, times in per_ms.items()}
 
 
 def ratio(base: list[float], other: list[float], n_boot: int = 2000) -> dict[str, float]:

@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import logging
 import math
 import os
@@ -92,7 +91,8 @@ for _p in (_HERE.parent, _HERE):
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from amp_overhead import ratio_stats  # noqa: E402
+from timing import interleaved as interleaved_slots  # noqa: E402
+from timing import ratio_stats, run_measurement, time_steps, write_json  # noqa: E402
 
 from ampcert.amp.fp8_recipes import RECIPES  # noqa: E402
 from ampcert.amp.torch_fp8 import Fp8Linear, has_fp8_tensor_cores  # noqa: E402
@@ -235,23 +235,6 @@ def _err(exc: BaseException) -> str:
 # ---------------------------------------------------------------------------
 # timing
 # ---------------------------------------------------------------------------
-def time_slot(step: Callable[[], None], k: int, device: str) -> float:
-    """ms per step over ``k`` back-to-back steps."""
-    if device == "cuda":
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(k):
-            step()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / k
-    t0 = time.perf_counter()
-    for _ in range(k):
-        step()
-    return (time.perf_counter() - t0) * 1e3 / k
-
-
 def interleaved(variants: dict[str, Callable[[], None]], device: str, rounds: int, warmup: int,
                 target_ms: float, budget_s: float | None,
                 failed: dict[str, str]) -> tuple[dict[str, list[float]], dict[str, int]]:
@@ -262,21 +245,14 @@ def interleaved(variants: dict[str, Callable[[], None]], device: str, rounds: in
         try:
             fn()  # first call: allocations, lazy init
             # the fastest of the other warm-up steps sets K (one slow step under load would not)
-            one = min(time_slot(fn, 1, device) for _ in range(max(warmup, 1)))
+            one = min(time_steps(fn, 1, cuda_events=device == "cuda") for _ in range(max(warmup, 1)))
         except Exception as exc:  # noqa: BLE001 - report, go on with the others
             failed[name] = _err(exc)
             del variants[name]
             continue
         steps[name] = max(1, min(MAX_STEPS_PER_SLOT, math.ceil(target_ms / max(one, 1e-3))))
-    names = list(variants)
-    per: dict[str, list[float]] = {n: [] for n in names}
-    t_begin = time.perf_counter()
-    for r in range(rounds):
-        k = r % len(names) if names else 0
-        for name in names[k:] + names[:k]:
-            per[name].append(time_slot(variants[name], steps[name], device))
-        if budget_s is not None and r + 1 >= MIN_ROUNDS and time.perf_counter() - t_begin > budget_s:
-            break
+    per = interleaved_slots(variants, rounds, steps, budget_s=budget_s, min_rounds=MIN_ROUNDS,
+                            cuda_events=device == "cuda")
     return per, steps
 
 
@@ -457,21 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch {meta['torch']} | torchao {meta['torchao']} | python {meta['python']} | "
           f"CPU: {meta['cpu']} ({meta['cpu_count']} logical, torch threads {meta['torch_threads']}) | GPU: {gpu}")
     print(f"load average start {load_start} end {meta['load_avg_end']} | wall time {meta['wall_s']} s")
-    if args.json:
-        try:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
-            print(f"wrote {args.json}")
-        except OSError as exc:
-            print(f"could not write {args.json}: {exc}")
+    write_json(args.json, results)
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except SystemExit:  # argparse errors keep their own code
-        raise
-    except Exception:  # noqa: BLE001 - a measurement: report and exit 0
-        traceback.print_exc()
-    sys.exit(0)
+    run_measurement(main)

@@ -43,7 +43,6 @@ import itertools
 import json
 import shlex
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,7 +53,7 @@ for _path in (_ROOT, _ROOT / "benchmarks"):
         sys.path.insert(0, str(_path))
 
 import torch  # noqa: E402
-from amp_overhead import comparison, format_table, interleaved  # noqa: E402
+from timing import comparison, format_table, interleaved, run_measurement  # noqa: E402
 
 from ampcert.amp import DynamicLossScaler  # noqa: E402
 from ampcert.amp import autocast as amp_autocast  # noqa: E402
@@ -175,10 +174,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except SystemExit:
-        raise
-    except Exception:  # noqa: BLE001 - a measurement: report and exit 0
-        traceback.print_exc()
-    sys.exit(0)
+    run_measurement(main)

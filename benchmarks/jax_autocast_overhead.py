@@ -36,15 +36,16 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shlex
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
-import numpy as np
+from timing import interleaved, ratio_stats, run_measurement, write_json
 
 
 def main() -> None:
@@ -110,30 +111,19 @@ def main() -> None:
         jax.block_until_ready(p)
 
     names = list(variants)
-    per_round: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
-        for name in order:
-            fn = steps_fn[name]
-            p, o = states[name]
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                p, o, v = fn(p, o, x, y)
-                jax.block_until_ready(v)
-            per_round[name].append((time.perf_counter() - t0) / steps * 1e3)
-            states[name] = (p, o)
 
-    rng = np.random.default_rng(0)
+    def one_step(name: str) -> Callable[[], None]:
+        def step() -> None:  # one jitted step, blocked until ready, its state carried to the next
+            p, o, v = steps_fn[name](*states[name], x, y)
+            jax.block_until_ready(v)
+            states[name] = (p, o)
+        return step
+
+    per_round = interleaved({n: one_step(n) for n in names}, rounds, steps)
 
     def ratio(a: str, b: str) -> dict:
-        ra, rb = np.asarray(per_round[a]), np.asarray(per_round[b])
-        boots = []
-        for _ in range(2000):
-            idx = rng.integers(0, rounds, rounds)
-            boots.append(np.median(ra[idx]) / np.median(rb[idx]))
-        return {"median_ratio": float(np.median(ra) / np.median(rb)),
-                "ci95": [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))],
-                "min_ratio": float(ra.min() / rb.min())}
+        r = ratio_stats(per_round[b], per_round[a])  # a over b, rounds resampled in pairs
+        return {"median_ratio": r["ratio"], "ci95": [r["ci_lo"], r["ci_hi"]], "min_ratio": r["ratio_of_min"]}
 
     result = {
         "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
@@ -162,10 +152,8 @@ def main() -> None:
               f"{rr['min_ratio']:.3f})")
     goal = result["ratios"]["autocast-matmul-only / hand-cast"]["median_ratio"]
     print(f"goal: autocast-matmul-only / hand-cast <= 1.02: {'met' if goal <= 1.02 else 'NOT met'} ({goal:.3f})")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(result, fh, indent=2)
+    write_json(Path(args.json) if args.json else None, result)
 
 
 if __name__ == "__main__":
-    main()
+    run_measurement(main)

@@ -38,6 +38,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -45,7 +46,7 @@ import shlex
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ if str(_ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from timing import interleaved as interleaved_slots  # noqa: E402
 
 from ampcert.envinfo import cpu_info, load_average  # noqa: E402
 from ampcert.telemetry import (  # noqa: E402
@@ -107,26 +109,19 @@ def sync(device: str) -> None:
 
 def interleaved(step: Callable[[], None], device: str, rate: float, rounds: int, steps: int,
                 warmup: int, budget_s: float) -> dict[str, list[float]]:
-    """Per-step ms for "off" and "on", one entry per round; order alternates."""
-    for _ in range(warmup):
-        step()
-    sync(device)
-    per: dict[str, list[float]] = {"off": [], "on": []}
-    t_begin = time.perf_counter()
-    for r in range(rounds):
-        for name in (("off", "on") if r % 2 == 0 else ("on", "off")):
-            tel = start_telemetry(device, rate) if name == "on" else None
-            sync(device)
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                step()
-            sync(device)
-            per[name].append((time.perf_counter() - t0) / steps * 1e3)
+    """Per-step ms for "off" and "on", one entry per round; order alternates. In "on" slots
+    the sampler starts before the clock and stops after it: only its running cost is timed."""
+    @contextlib.contextmanager
+    def sampler(name: str) -> Iterator[None]:
+        tel = start_telemetry(device, rate) if name == "on" else None
+        try:
+            yield
+        finally:
             if tel is not None:
                 tel.close()
-        if r + 1 >= 6 and time.perf_counter() - t_begin > budget_s:
-            break
-    return per
+
+    return interleaved_slots({"off": step, "on": step}, rounds, steps, warmup=warmup, budget_s=budget_s,
+                             min_rounds=6, sync=lambda: sync(device), around=sampler)
 
 
 def ratio_stats(base: list[float], other: list[float], n_boot: int = 2000, seed: int = 0) -> dict[str, float]:
