@@ -4,7 +4,7 @@ A command workload is an argv list, run once per cell of the matrix
 (precision x seed x repeat) in a process group of its own. ampcert does not
 train it; it tells the job what to run as template fields and environment
 variables, samples telemetry around it, and reads the MLLOG the job writes
-(MLPerf's format: :mod:`ampcert.mllog_reader`) into the run's result::
+(MLPerf's format: :mod:`ampcert.mllog.reader`) into the run's result::
 
     workloads:
       - id: bert-finetune

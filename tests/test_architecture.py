@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ampcert.spec", "ampcert.stored_plan", "ampcert.command"),  # suites, the run matrix, command jobs; plan.json
     ("ampcert.workloads", "ampcert.telemetry"),          # what is trained; what is measured
     ("ampcert.configio", "ampcert.atomic", "ampcert.resources", "ampcert.errors", "ampcert.mllog",
-     "ampcert.mllog_reader", "ampcert.envinfo",
+     "ampcert.envinfo",
      "ampcert.console", "ampcert.version", "ampcert.vocabulary", "ampcert.formats",
      "ampcert.steady_state", "ampcert.regular_files"),  # leaves every layer may use
     ("ampcert.amp",),                                    # the AMP engine: usable alone

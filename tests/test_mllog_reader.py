@@ -1,4 +1,4 @@
-"""ampcert.mllog_reader on real logs: mlperf_logging's, ampcert's own, and what launchers make of them."""
+"""ampcert.mllog.reader on real logs: mlperf_logging's, ampcert's own, and what launchers make of them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from ampcert import mllog
 from ampcert.errors import UserError
-from ampcert.mllog_reader import (
+from ampcert.mllog.reader import (
     MAX_LINE,
     MAX_POINT_KEYS,
     Eval,

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from ampcert import mllog, mllog_reader
+from ampcert import mllog
 from ampcert.backends import loop
 from ampcert.backends.contract import PhaseTimes, TrainOutcome
 from ampcert.backends.training_loop import Tally
 from ampcert.errors import UserError
+from ampcert.mllog import reader as mllog_reader
 from ampcert.results import (
     EvalPoint,
     Measured,

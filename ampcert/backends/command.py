@@ -1,7 +1,7 @@
 """A command job's MLLOG as a run's result: the same fields ampcert's own loop fills in.
 
 ampcert did not train the job, so what it knows comes from the log the job
-wrote (MLPerf's format, read strictly by :mod:`ampcert.mllog_reader`) and
+wrote (MLPerf's format, read strictly by :mod:`ampcert.mllog.reader`) and
 from the telemetry it sampled around the job's process tree:
 
 ============================  ==================================================
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ampcert.backends.contract import LossNotFinite, PhaseTimes, RunFailed, TrainOutcome
-from ampcert.mllog_reader import LogError, TrainingLog, read_training_log
+from ampcert.mllog.reader import LogError, TrainingLog, read_training_log
 from ampcert.results import EvalPoint, LowestPrecision, Measured, Phases
 from ampcert.spec import RunSpec
 
@@ -53,7 +53,7 @@ def read_log(path: Path) -> TrainingLog:
                         "(mlperf_logging.mllog, ampcert.track, or the HF / Lightning callbacks)")
     try:
         # Streamed, in memory bounded by the evaluations (a job's log may be any size); never
-        # through a link, never blocked on a FIFO (mllog_reader opens regular files only).
+        # through a link, never blocked on a FIFO (the MLLOG reader opens regular files only).
         return read_training_log(path, source=name)
     except LogError as exc:
         raise JobFailed(str(exc)) from None

@@ -10,7 +10,7 @@ data (``configs/rules/mllog.yaml``)::
 
 Every violation is reported as ``file:line: rule: message``; a missing key
 points at the log's last line. The log is read by ampcert's one MLLOG reader
-(:mod:`ampcert.mllog_reader`, its tolerant mode): the marker anywhere in a line, as
+(:mod:`ampcert.mllog.reader`, its tolerant mode): the marker anywhere in a line, as
 MLPerf's tools find it; a marked line that is not a whole event (no valid JSON, no
 ``time_ms``, ``key`` or known ``event_type``) is itself a violation, and the check
 goes on with the next line.
@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ampcert.errors import UserError
-from ampcert.mllog_reader import LogError, LogEvent, iter_events, lines_of
+from ampcert.mllog.reader import LogError, LogEvent, iter_events, lines_of
 from ampcert.resources import config_path
 
 DEFAULT_RULES = config_path("rules", "mllog.yaml")

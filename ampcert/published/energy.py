@@ -57,7 +57,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert.errors import UserError
-from ampcert.mllog_reader import LogError, LogEvent, TrainingLog, iter_events
+from ampcert.mllog.reader import LogError, LogEvent, TrainingLog, iter_events
 from ampcert.published import scores
 
 

@@ -23,7 +23,7 @@ What is written
 
 Nothing is trained or re-timed: each run is what its log says (its status, its
 seed, its time from ``run_start`` to ``run_stop``), read by ampcert's strict MLLOG
-reader (:mod:`ampcert.mllog_reader`, the reader of a team's own job's log too). A
+reader (:mod:`ampcert.mllog.reader`, the reader of a team's own job's log too). A
 log that reader refuses, or whose run did not succeed, is kept with its reason
 and dropped from the score as MLPerf's summarizer drops it.
 
@@ -54,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ampcert.atomic import atomic_write_bytes, atomic_write_chunks
 from ampcert.certify.mlperf import COMPLIANCE, Reverification, reverify, round_name, round_of_folder
 from ampcert.errors import BadArgument, UserError
-from ampcert.mllog_reader import Scanned, TrainingLog, scan
+from ampcert.mllog.reader import Scanned, TrainingLog, scan
 from ampcert.published.energy import BenchmarkEnergy, energy_benchmark
 from ampcert.published.scores import (
     BenchmarkScore,

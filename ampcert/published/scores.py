@@ -14,7 +14,7 @@ MLPerf's score (``mlperf_logging.result_summarizer``, for a benchmark folder of
 
 :func:`score_benchmark` computes it with the same operations in the same order,
 so the figure is MLPerf's to the last digit (tests/published/test_scores.py runs
-both). A run is dropped when ampcert's strict reader (:mod:`ampcert.mllog_reader`)
+both). A run is dropped when ampcert's strict reader (:mod:`ampcert.mllog.reader`)
 refuses its log, when it did not succeed, or when MLPerf's compliance checker
 refused it (:func:`timed_runs`' ``refused``: the importer runs the checker first), each with its reason.
 
@@ -41,7 +41,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert.errors import UserError
-from ampcert.mllog_reader import LogError, Scanned, TrainingLog, scan
+from ampcert.mllog.reader import LogError, Scanned, TrainingLog, scan
 
 LEVEL = 0.95
 RESAMPLES = 10_000

@@ -19,7 +19,7 @@ command jobs (on a Ray or Slurm node, the node's own local executor does):
 - **ended**: the job exited, or passed its timeout (then its whole tree is
   ended: SIGTERM, two seconds' grace, SIGKILL).
 - **finish**: processes the job left behind are ended, and make the run
-  fail; then its log is read strictly (:mod:`ampcert.mllog_reader`) into the
+  fail; then its log is read strictly (:mod:`ampcert.mllog.reader`) into the
   result (:func:`ampcert.backends.command.outcome`), or the run fails with
   the one reason: the command not found, a non-zero exit (with the last
   line of its stderr), no log, a log cut short, no run_stop, a timeout.
@@ -46,7 +46,7 @@ from typing import IO, Any
 
 from ampcert import mllog
 from ampcert.command import job_environment, job_values, render
-from ampcert.mllog_reader import LogEvent, iter_events
+from ampcert.mllog.reader import LogEvent, iter_events
 from ampcert.results import FailureKind, ResultsDir, RunResult, atomic_write_json, read_regular_file
 from ampcert.runner import signals
 from ampcert.runner.code_identity import job_source

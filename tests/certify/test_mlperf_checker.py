@@ -13,8 +13,9 @@ import pytest
 from conftest import assert_one_line_error
 from factories import warm_cli  # `ampcert` forked warm: 2-3 s less a command than a cold start
 
-from ampcert import mllog, mllog_reader
+from ampcert import mllog
 from ampcert.certify.mlperf import check_common
+from ampcert.mllog import reader as mllog_reader
 
 WORKLOADS = ["digits", "resnet", "gpt", "underflow", "overflow"]
 PRECISIONS = ["fp32", "bf16", "fp16"]

@@ -10,7 +10,8 @@ import textwrap
 import pytest
 from conftest import REPO
 
-from ampcert import mllog, mllog_reader, track
+from ampcert import mllog, track
+from ampcert.mllog import reader as mllog_reader
 
 
 def lines(path) -> list[dict]:

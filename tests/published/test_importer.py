@@ -577,7 +577,7 @@ def test_a_published_log_whose_ranks_interleave_counts_as_mlperf_counts_it(tmp_p
     lines[at], lines[at + 1] = lines[at + 1], lines[at]  # a later line before an earlier one
     log.write_text("".join(lines))
     with pytest.raises(UserError, match="timestamps go backwards"):  # ampcert's own logs stay strict
-        from ampcert.mllog_reader import read
+        from ampcert.mllog.reader import read
         read(log)
     (rec,) = session.import_mlperf([folder], tmp_path / "out").records
     assert rec.logs[4].status == "success" and rec.score.runs[4].minutes is not None

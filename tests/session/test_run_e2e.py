@@ -11,7 +11,7 @@ import pytest
 from conftest import snapshot
 from factories import warm_cli
 
-from ampcert import mllog_reader
+from ampcert.mllog import reader as mllog_reader
 from ampcert.results import ResultsDir, load
 
 TINY = """

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 from conftest import run_cli
 
-from ampcert import mllog_reader
+from ampcert.mllog import reader as mllog_reader
 from ampcert.results import ResultsDir, load
 from ampcert.spec import expand, parse_suite
 

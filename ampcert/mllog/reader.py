@@ -65,7 +65,7 @@ no target).
 
 Use
 ---
->>> from ampcert import mllog_reader
+>>> from ampcert.mllog import reader as mllog_reader
 >>> log = mllog_reader.read_training_log("run.mllog")  # doctest: +SKIP
 >>> log.status, log.duration_s, log.samples, log.seed  # doctest: +SKIP
 ('success', 412.7, 3932160, 1234)
