@@ -217,7 +217,7 @@ COMPILED_SUFFIX = "-compiled"
 
 class Fp8(_Strict):
     """Which Linear layers of a torch model multiply in FP8 for the ``fp8`` and
-    ``mxfp8`` precisions, and how (``amp/torch_fp8.py``; docs/policies.md).
+    ``mxfp8`` precisions, and how (``amp/torch/fp8.py``; docs/policies.md).
 
     By default a Linear layer converts when both its dimensions divide by 16
     (32 for mxfp8's blocks), except the model's first and last Linear layers;
@@ -710,7 +710,7 @@ def installed_release(dist: str) -> tuple[int, int] | None:
     where it is not installed."""
     from importlib import metadata
 
-    from ampcert.amp.torch_support import release
+    from ampcert.amp.torch.support import release
 
     try:
         return release(metadata.version(dist))
@@ -721,12 +721,12 @@ def installed_release(dist: str) -> tuple[int, int] | None:
 def _check_compile_scope(suite: Suite, source: str) -> None:
     """A whole step compiled (``torch_compile: {scope: step}``) enters ampcert's autocast
     region inside the compiled function, which the torch installed may not trace
-    (amp/torch_support.py): one line now, not a failed or eager run later."""
+    (amp/torch/support.py): one line now, not a failed or eager run later."""
     if suite.backend != "torch" or suite.amp != "ampcert" or suite.torch_compile.scope != "step":
         return
     if not any(True in (entry.compile or suite.compile) for entry in suite.workloads if entry.command is None):
         return
-    from ampcert.amp.torch_support import REGION_IN_TRACE_MIN, release_name
+    from ampcert.amp.torch.support import REGION_IN_TRACE_MIN, release_name
 
     have = installed_release("torch")
     if have is not None and have < REGION_IN_TRACE_MIN:

@@ -14,7 +14,7 @@ optimizer step. Every variant starts from a copy of the same seeded
   in the baseline; the weight cast is in every step, as under autocast with
   fp32 master weights.
 - **ampcert**: ``Fp8Linear.from_linear(linear, RECIPES[name], real=...,
-  compute_dtype=torch.bfloat16)`` (ampcert/amp/torch_fp8.py).
+  compute_dtype=torch.bfloat16)`` (ampcert/amp/torch/fp8.py).
 - **torchao**: for ``tensorwise``, ``rowwise``, ``rowwise_with_gw_hp`` its
   ``Float8Linear`` (``Float8LinearConfig.from_recipe_name`` with ``emulate``
   set as for ampcert, through ``convert_to_float8_training``); for ``mxfp8``
@@ -95,7 +95,7 @@ from timing import interleaved as interleaved_slots  # noqa: E402
 from timing import ratio_stats, run_measurement, time_steps, write_json  # noqa: E402
 
 from ampcert.amp.fp8_recipes import RECIPES  # noqa: E402
-from ampcert.amp.torch_fp8 import Fp8Linear, has_fp8_tensor_cores  # noqa: E402
+from ampcert.amp.torch.fp8 import Fp8Linear, has_fp8_tensor_cores  # noqa: E402
 from ampcert.envinfo import cpu_info, load_average  # noqa: E402
 
 BF16 = torch.bfloat16

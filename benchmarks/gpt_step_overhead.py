@@ -57,7 +57,7 @@ from timing import comparison, format_table, interleaved, run_measurement  # noq
 
 from ampcert.amp import DynamicLossScaler  # noqa: E402
 from ampcert.amp import autocast as amp_autocast  # noqa: E402
-from ampcert.amp.torch_support import REGION_IN_TRACE_MIN, release, release_name  # noqa: E402
+from ampcert.amp.torch.support import REGION_IN_TRACE_MIN, release, release_name  # noqa: E402
 from ampcert.envinfo import cpu_info, load_average  # noqa: E402
 from ampcert.workloads.gpt_prep import GPTParams  # noqa: E402
 from ampcert.workloads.torch_models import gpt_model, loss_fn  # noqa: E402

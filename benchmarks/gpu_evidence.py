@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
                 "ampcert / native": _ratio(got["comparison"], "ampcert"),
                 "control": _ratio(got["comparison"], "again"), "host-bound ratio": got.get("host_bound_ratio")}
     # The GPT step compiled whole (Inductor on a GPU; aot_eager on a CPU, which needs no C compiler).
-    from ampcert.amp.torch_support import REGION_IN_TRACE_MIN, release, release_name
+    from ampcert.amp.torch.support import REGION_IN_TRACE_MIN, release, release_name
 
     backend = "inductor" if args.device == "cuda" else "aot_eager"
     if release(torch.__version__) < REGION_IN_TRACE_MIN:

@@ -169,9 +169,9 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def python_engine(monkeypatch):
     """Every ampcert torch region decided by the Python engine (the TorchFunctionMode), never
-    by the dispatcher's kernels (amp/torch_autocast_kernels.py): for the tests of what only
+    by the dispatcher's kernels (amp/torch/kernels.py): for the tests of what only
     the Python engine does (its weight cache, its fast path, the nn.RNN decomposition, its
     trace under torch.compile)."""
-    from ampcert.amp import torch_autocast
+    from ampcert.amp.torch import autocast as torch_autocast
 
     monkeypatch.setattr(torch_autocast, "_dispatcher_serial", lambda key: -1)

@@ -281,7 +281,7 @@ def test_a_framework_release_outside_the_tested_range_is_one_line_unless_allowed
 
 def test_a_whole_step_compiled_on_a_torch_that_cannot_trace_the_region_is_one_line(tmp_path):
     """torch 2.11's Dynamo does not trace ampcert's region entered inside a compiled step
-    (amp/torch_support.py): planning says so, naming the release and what to change."""
+    (amp/torch/support.py): planning says so, naming the release and what to change."""
     from conftest import TESTS, assert_one_line_error, run_cli
 
     fake = tmp_path / "site" / "torch-2.11.0+cu130.dist-info"

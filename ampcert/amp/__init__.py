@@ -28,15 +28,15 @@ from typing import TYPE_CHECKING, Any
 from ampcert.amp.policy import OpPolicy, PolicyError, load_policy, shipped_policy
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__
-    from ampcert.amp.torch_autocast import autocast
-    from ampcert.amp.torch_scaler import DynamicLossScaler
+    from ampcert.amp.torch.autocast import autocast
+    from ampcert.amp.torch.scaler import DynamicLossScaler
 
 __all__ = ["DynamicLossScaler", "OpPolicy", "PolicyError", "autocast", "load_policy", "shipped_policy"]
 
 # name -> the module that defines it; importing either module imports torch.
 _TORCH_EXPORTS = {
-    "autocast": "ampcert.amp.torch_autocast",
-    "DynamicLossScaler": "ampcert.amp.torch_scaler",
+    "autocast": "ampcert.amp.torch.autocast",
+    "DynamicLossScaler": "ampcert.amp.torch.scaler",
 }
 
 

@@ -23,7 +23,7 @@ mirror it exactly (:data:`KNOWN_DIVERGENCES`) are data too, read from
 
 Torch versions: the shipped policies and :data:`NATIVE_REFERENCE` cover the whole
 supported range (torch 2.11 to 2.14). An op that the installed torch lacks
-(:data:`~ampcert.amp.torch_ops.OP_TORCH_VERSIONS`: ``cholesky`` and ``qr`` are
+(:data:`~ampcert.amp.torch.op_names.OP_TORCH_VERSIONS`: ``cholesky`` and ``qr`` are
 gone in 2.14, ``linalg_matrix_sqrth`` is new there) agrees when neither engine can
 run it (its builder fails, or both raise in every scenario), with a note naming
 the release; one that runs anyway is a disagreement, as the table is then wrong.
@@ -52,9 +52,9 @@ from .audit_samples import (
     read_data,
 )
 from .policy import FAMILIES, OpPolicy, load_policy, shipped_policy
-from .torch_autocast import autocast
-from .torch_autocast_kernels import KNOWN_DIVERGENCES, NATIVE_REFERENCE
-from .torch_ops import OP_TORCH_VERSIONS, op_in_torch, torch_version
+from .torch.autocast import autocast
+from .torch.kernels import KNOWN_DIVERGENCES, NATIVE_REFERENCE
+from .torch.op_names import OP_TORCH_VERSIONS, op_in_torch, torch_version
 
 __all__ = [
     "KNOWN_DIVERGENCES",
@@ -103,7 +103,7 @@ SAMPLES: dict[str, tuple[Builder, ...]] = load_samples(read_data(SAMPLES_FILE), 
 # policy family reproduces exactly on the Python engine (native casts *inside* a
 # composite with mixed decisions), per device type: op -> why; reported by the
 # ``unlisted`` audit. Both read from ``ampcert/amp/data/torch_autocast_reference.yaml``
-# by :mod:`.torch_autocast_kernels`, whose kernels stand in for native's with them.
+# by :mod:`.torch.kernels`, whose kernels stand in for native's with them.
 
 
 def sample_ops() -> tuple[str, ...]:
@@ -171,7 +171,7 @@ _VALUE_RETRIES = 3
 def _scenarios_for(builder: Builder, low: torch.dtype, device: str,
                    inputs_of: type[Inputs] = Inputs) -> list[tuple[str, Callable[[], object]]]:
     """(scenario, thunk) for each scenario the builder's inputs allow; ``inputs_of`` makes
-    the tensors (tests/amp/test_torch_autocast_cuda_decisions.py makes fake CUDA ones)."""
+    the tensors (tests/amp/torch/test_torch_autocast_cuda_decisions.py makes fake CUDA ones)."""
     out = []
     for sc in _SCENARIOS:
         inputs = inputs_of(sc, low, device)
@@ -316,7 +316,7 @@ def audit_torch(
 
 
 # Modules that reach autocast as one builtin whose ATen composite native autocast
-# decides op by op; ampcert re-runs them op by op on the CPU (torch_rnn).
+# decides op by op; ampcert re-runs them op by op on the CPU (torch.rnn).
 _COMPOSITE_MODULES: dict[str, Callable[[], torch.nn.Module]] = {
     "nn.RNN": lambda: torch.nn.RNN(6, 8, num_layers=2, bidirectional=True),
     "nn.RNN(relu)": lambda: torch.nn.RNN(6, 8, nonlinearity="relu", batch_first=True),

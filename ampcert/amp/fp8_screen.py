@@ -1,7 +1,7 @@
 """The per-layer FP8 eligibility map: which Linear layers are safe in FP8.
 
 :class:`EligibilityRecorder` hooks every ``nn.Linear`` of a model (converted
-to :class:`~ampcert.amp.torch_fp8.Fp8Linear` or not). On the steps it is told
+to :class:`~ampcert.amp.torch.fp8.Fp8Linear` or not). On the steps it is told
 to record, for each layer it takes, per operand (input, weight and the
 gradient of the output, as the recipe casts them for the forward and the
 grad_input matmuls):
@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from .fp8_recipes import MAX_FINITE, MX_BLOCK, Cast, Recipe
-from .torch_fp8 import (
+from .torch.fp8 import (
     Fp8Linear,
     LayerPlan,
     _plain_ops,

@@ -1,7 +1,7 @@
 """Op-cast policies for ampcert's autocast engine.
 
-A policy says, for every op name the dispatcher in :mod:`ampcert.amp.torch_autocast`
-knows (:mod:`ampcert.amp.torch_ops` names them), which *family* it belongs to inside
+A policy says, for every op name the dispatcher in :mod:`ampcert.amp.torch.autocast`
+knows (:mod:`ampcert.amp.torch.op_names` names them), which *family* it belongs to inside
 an autocast region:
 
 ``lower_precision``
@@ -47,7 +47,7 @@ so it raises exactly like native does.
 
 This module is standalone: it imports only the standard library, PyYAML,
 :mod:`.yamlio` and, lazily (for validation), the op names of the framework a
-policy is for: :mod:`.torch_ops` (torch) or :mod:`.jax.primitives` (JAX). Neither
+policy is for: :mod:`.torch.op_names` (torch) or :mod:`.jax.primitives` (JAX). Neither
 imports this module, so imports run one way: the autocast engines import the
 policy, never the reverse.
 """
@@ -509,7 +509,7 @@ def _known_ops(framework: str = "torch") -> frozenset[str]:
             from .jax.primitives import known_primitive_names  # lazy: imports jax
 
             return known_primitive_names()
-        from .torch_ops import known_op_names  # lazy: imports torch
+        from .torch.op_names import known_op_names  # lazy: imports torch
     except ImportError as exc:
         missing = "JAX" if framework == "jax" else "PyTorch"
         raise PolicyError(f"a {framework} policy needs {missing}, which is not installed ({exc}): "

@@ -19,7 +19,7 @@ REFERENCE: Precision = "fp32"
 AUTOCAST_PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "bf16")
 LOW_PRECISIONS: tuple[Precision, ...] = ("fp16", "bf16")
 # FP8 precisions are not one dtype: eligible Linear layers multiply in 8-bit
-# floats with scales (amp/torch_fp8.py), everything else runs bf16 autocast.
+# floats with scales (amp/torch/fp8.py), everything else runs bf16 autocast.
 FP8_PRECISIONS: tuple[Precision, ...] = ("fp8", "mxfp8")
 FP8_BASE: Precision = "bf16"
 

@@ -133,7 +133,7 @@ def _fp8_capability(precision: str, device: str, fp32_flops: float) -> dict[str,
     fp32 matmuls, and an emulated run's speed says nothing about FP8."""
     real, why = False, "CPU: no FP8 matmul units"
     if device == "cuda":
-        from ampcert.amp.torch_fp8 import has_fp8_tensor_cores
+        from ampcert.amp.torch.fp8 import has_fp8_tensor_cores
 
         real, why = has_fp8_tensor_cores(precision)
     if real:

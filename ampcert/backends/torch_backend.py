@@ -171,7 +171,7 @@ def make_amp(spec: RunSpec) -> Amp:
             {"name": f"torch.autocast ({spec.device})", "torch": torch.__version__},
         )
     from ampcert.amp import autocast, load_policy, shipped_policy
-    from ampcert.amp.torch_autocast import engine_of
+    from ampcert.amp.torch.autocast import engine_of
 
     policy = load_policy(spec.policy) if spec.policy else shipped_policy(spec.device)
     return Amp(

@@ -12,7 +12,7 @@ What is compiled (``torch_compile.scope``):
   inside) to the scaler's ``update()``. Its breaks include the framework's own:
   ``Tensor.backward()``, torch.optim's deliberate ones around an optimizer step
   traced without a scaler, GradScaler's (Dynamo skips torch.amp), and
-  DynamicLossScaler's eager optimizer step (``amp/torch_scaler_step.py``); the
+  DynamicLossScaler's eager optimizer step (``amp/torch/scaler_step.py``); the
   compile rule holds them to ``max_step_graph_breaks`` where a pack sets it.
 
 The first step runs eagerly: the precision probe watches it, and it creates

@@ -1,13 +1,13 @@
 """An fp8 or mxfp8 run's model: which layers convert, through whose code, and
-the eligibility map it records (the harness side of ``amp/torch_fp8.py``).
+the eligibility map it records (the harness side of ``amp/torch/fp8.py``).
 
 ``amp: ampcert`` swaps eligible layers for ampcert's
-:class:`~ampcert.amp.torch_fp8.Fp8Linear` (emulated, or real FP8 through
+:class:`~ampcert.amp.torch.fp8.Fp8Linear` (emulated, or real FP8 through
 ``torch._scaled_mm`` where the GPU has FP8 tensor cores); ``amp: native``
 swaps the same layers for torchao's ``Float8Linear`` / ``MXFP8Linear`` (its
 emulation where there are no FP8 units), so the two implementations certify
 against each other like the autocast pair does. Either way the layer policy
-is ampcert's (:func:`~ampcert.amp.torch_fp8.plan_layers`), and the rest of
+is ampcert's (:func:`~ampcert.amp.torch.fp8.plan_layers`), and the rest of
 the model runs in bf16 autocast.
 """
 
@@ -23,7 +23,7 @@ import torch
 from ampcert.amp.fp8_recipes import Recipe, recipe_for
 from ampcert.amp.fp8_screen import EligibilityRecorder
 from ampcert.amp.precision import FP8_BASE, dtype_name
-from ampcert.amp.torch_fp8 import (
+from ampcert.amp.torch.fp8 import (
     LayerPlan,
     LayerPolicy,
     LayerPolicyError,

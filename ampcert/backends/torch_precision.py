@@ -155,7 +155,7 @@ def disclosure(observed: Observed, world_size: int, fp8_layers: int = 0) -> dict
                      else {"value": "fp32", "observed": False, "reason": "no linear or convolution ops"})
     if fp8_layers:
         out["linear"] = {"value": "fp8", "observed": True,
-                         "what": f"{fp8_layers} Linear layer(s) multiply FP8 operands (amp/torch_fp8.py)"}
+                         "what": f"{fp8_layers} Linear layer(s) multiply FP8 operands (amp/torch/fp8.py)"}
     out["attn"] = ({"value": observed.attn, "observed": True, "ops": sorted(observed.attn_ops)} if observed.attn
                    else {"value": out["linear"]["value"], "observed": False, "reason": "no attention ops"})
     if world_size > 1:

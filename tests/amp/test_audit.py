@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from ampcert.amp import torch_autocast_kernels
 from ampcert.amp.audit import (
     KNOWN_DIVERGENCES,
     NATIVE_REFERENCE,
@@ -22,7 +21,8 @@ from ampcert.amp.audit import (
     probe_native,
 )
 from ampcert.amp.policy import FAMILIES, load_policy, shipped_policy
-from ampcert.amp.torch_autocast import OP_TORCH_VERSIONS, op_in_torch, torch_version
+from ampcert.amp.torch import kernels as torch_autocast_kernels
+from ampcert.amp.torch.autocast import OP_TORCH_VERSIONS, op_in_torch, torch_version
 
 
 @pytest.fixture(scope="module")
@@ -170,10 +170,10 @@ def test_a_wrong_version_table_is_a_disagreement(monkeypatch):
 
 def _autocast_kernels(dispatch_key: str) -> set[str]:
     """aten ops with a native kernel on ``dispatch_key`` in the installed torch (overloads
-    folded). ampcert's own kernels (torch_autocast_kernels, registered once a region of the
+    folded). ampcert's own kernels (amp/torch/kernels.py, registered once a region of the
     dispatcher engine has run in this process) are not native's: where one replaced
     native's, the dispatcher shows only ours, and its record says native had one."""
-    ours = "torch_autocast_kernels.py"
+    ours = "amp/torch/kernels.py"
     ops = set()
     for name in torch._C._dispatch_get_all_op_names():
         if name.startswith("aten::") and any(

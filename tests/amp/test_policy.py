@@ -17,7 +17,7 @@ from ampcert.amp.policy import (
     load_policy,
     shipped_policy,
 )
-from ampcert.amp.torch_autocast import OP_TORCH_VERSIONS, known_op_names, op_callables, op_in_torch
+from ampcert.amp.torch.autocast import OP_TORCH_VERSIONS, known_op_names, op_callables, op_in_torch
 
 REPO = Path(__file__).resolve().parents[2]
 

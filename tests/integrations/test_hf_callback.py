@@ -12,7 +12,7 @@ pytest.importorskip("accelerate")
 torch = pytest.importorskip("torch")
 
 from ampcert import mllog  # noqa: E402
-from ampcert.amp import torch_autocast  # noqa: E402
+from ampcert.amp.torch import autocast as torch_autocast  # noqa: E402
 from ampcert.integrations.hf import AmpcertCallback  # noqa: E402
 
 BATCH = 8

@@ -10,7 +10,8 @@ L = pytest.importorskip("lightning.pytorch")
 torch = pytest.importorskip("torch")
 
 from ampcert import mllog, track  # noqa: E402
-from ampcert.amp import DynamicLossScaler, torch_autocast  # noqa: E402
+from ampcert.amp import DynamicLossScaler  # noqa: E402
+from ampcert.amp.torch import autocast as torch_autocast  # noqa: E402
 from ampcert.integrations.lightning import AmpcertCallback, AmpcertPrecision, trainer_precision  # noqa: E402
 
 BATCH = 8

@@ -66,7 +66,7 @@ def test_every_report_validates_against_the_schema_in_the_repo(signed):
 
 
 def test_the_policy_table_says_which_engine_decided_the_runs(signed):
-    from ampcert.amp.torch_autocast import engine_of
+    from ampcert.amp.torch.autocast import engine_of
 
     report = json.loads((signed[0] / "report.json").read_text())
     expected = engine_of("cpu")  # the shipped policy on this torch: the fp16 runs' engine

@@ -2,7 +2,7 @@
 
 Why: fp16 gradients underflow; multiplying the loss by a scale ``S`` lifts
 them, and dividing the gradients by ``S`` in fp32 before the update undoes
-it (see :mod:`ampcert.amp.torch_scaler` for the whole story). The scale is
+it (see :mod:`ampcert.amp.torch.scaler` for the whole story). The scale is
 searched online:
 
 - a step whose gradients hold an inf or NaN is skipped and

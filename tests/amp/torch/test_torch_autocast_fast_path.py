@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ampcert.amp import torch_autocast
-from ampcert.amp.torch_autocast import autocast, cache_stats
+from ampcert.amp.torch import autocast as torch_autocast
+from ampcert.amp.torch.autocast import autocast, cache_stats
 
 #: The fast path is the Python engine's (eager regions are the dispatcher's otherwise).
 pytestmark = pytest.mark.usefixtures("python_engine")

@@ -2,7 +2,7 @@
 
 Why
 ---
-ampcert's autocast (:mod:`.torch_autocast`) is a ``TorchFunctionMode``, which pops
+ampcert's autocast (:mod:`.autocast`) is a ``TorchFunctionMode``, which pops
 itself while it handles a call. An op outside the policy that is a Python
 composite of torch (``F.cross_entropy``, ``F.interpolate``,
 ``F.multi_head_attention_forward``) must nevertheless have the ops it calls
@@ -34,11 +34,11 @@ torch.compile adds three constraints, because Dynamo traces the mode's
 
 (The mode itself also behaves differently while compiling: it skips the weight
 cache and the cast counter, whose Python-side checks would break or re-guard the
-graph every step. That is in :mod:`.torch_autocast`, where the casting is.)
+graph every step. That is in :mod:`.autocast`, where the casting is.)
 
 Everything kept between calls is in one :class:`Tracing` object, owned by the mode.
 
-Imports torch, the standard library and its siblings :mod:`.policy`, :mod:`.torch_ops`.
+Imports torch, the standard library and its siblings :mod:`.policy`, :mod:`.op_names`.
 """
 
 from __future__ import annotations
@@ -51,10 +51,10 @@ from typing import Any
 
 import torch
 
-from .policy import OpPolicy
-from .torch_dynamo_marks import when_dynamo_imported
-from .torch_ops import canonical_op_name, public_callables
-from .torch_support import REGION_IN_TRACE_MIN, release, release_name
+from ..policy import OpPolicy
+from .dynamo_marks import when_dynamo_imported
+from .op_names import canonical_op_name, public_callables
+from .support import REGION_IN_TRACE_MIN, release, release_name
 
 __all__ = ["Tracing", "compiling", "never_compiled_alone", "refuse_untraceable_region"]
 
@@ -62,7 +62,7 @@ __all__ = ["Tracing", "compiling", "never_compiled_alone", "refuse_untraceable_r
 compiling: Callable[[], bool] = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 # A region entered inside a compiled function, on a torch whose Dynamo cannot trace its entry
-# (torch_support.REGION_IN_TRACE_MIN; torch 2.11): refused while tracing, before any state is
+# (support.REGION_IN_TRACE_MIN; torch 2.11): refused while tracing, before any state is
 # touched, so Dynamo runs the frame eagerly (a graph break), or with fullgraph=True fails
 # naming this. None where the installed torch traces it.
 _UNTRACEABLE_REGION = None if release(torch.__version__) >= REGION_IN_TRACE_MIN else (
@@ -222,7 +222,7 @@ def never_compiled_alone(*functions: Callable) -> None:
     does not outlive it: the region would be lost. These run as plain Python then, and are
     still traced when inlined into a compiled function (Dynamo's per-code skip, which
     affects only frames it is handed whole; a torch without it keeps the default). Applied
-    once torch._dynamo is imported (torch_dynamo_marks)."""
+    once torch._dynamo is imported (dynamo_marks)."""
     when_dynamo_imported(lambda dynamo: _skip_frames(dynamo, functions))
 
 

@@ -1,4 +1,4 @@
-"""Tests for ampcert.amp.torch_scaler.DynamicLossScaler against torch.amp.GradScaler.
+"""Tests for ampcert.amp.torch.scaler.DynamicLossScaler against torch.amp.GradScaler.
 
 Everything runs on CPU with real torch optimizers and GradScaler as the oracle.
 """
@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ampcert.amp.torch_scaler import DynamicLossScaler
+from ampcert.amp.torch.scaler import DynamicLossScaler
 
 INF = float("inf")
 UNBOUNDED = dict(min_scale=0.0, max_scale=INF)

@@ -31,7 +31,7 @@ How the table is used
 ---------------------
 A :class:`Region` (one autocast setting: device type, dtype, policy) resolves
 its policy once, when it is built: ``handlers`` maps each op name straight to
-its family's handler. The mode (:mod:`.torch_autocast`) then makes one dict
+its family's handler. The mode (:mod:`.autocast`) then makes one dict
 lookup per call, keyed by the op, and calls the handler::
 
     to = region.handlers[name](region, name, args, kwargs)
@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from .policy import OpPolicy
+from ..policy import OpPolicy
 
 __all__ = [
     "BCE_BANNED_MESSAGE",
@@ -255,8 +255,8 @@ class Region:
         self.mixed = policy.uncast_if_mixed
         self.enabled = enabled
         self.cache_enabled = cache_enabled
-        #: callable -> what the mode's fast path does with it here (torch_autocast._plan)
+        #: callable -> what the mode's fast path does with it here (autocast._plan)
         self.plans: dict[object, object] = {}
-        #: the ops ampcert's kernels decide at the dispatcher for this region (torch_autocast_kernels),
+        #: the ops ampcert's kernels decide at the dispatcher for this region (kernels),
         #: False where the Python engine decides it, None until the first eager entry asks
-        self.kernel_ops: object = None  # torch_autocast_kernels.Overrides, False or None
+        self.kernel_ops: object = None  # kernels.Overrides, False or None

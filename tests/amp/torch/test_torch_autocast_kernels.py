@@ -1,4 +1,4 @@
-"""The dispatcher engine (amp/torch_autocast_kernels.py): native's C++ kernels where the
+"""The dispatcher engine (amp/torch/kernels.py): native's C++ kernels where the
 policy agrees with native's lists, ampcert's kernels at the Autocast key where it differs.
 
 Each call below runs on both engines and under torch.autocast: the dispatcher engine
@@ -18,9 +18,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ampcert.amp import torch_autocast, torch_autocast_kernels
 from ampcert.amp.policy import shipped_policy
-from ampcert.amp.torch_autocast import autocast, cache_stats
+from ampcert.amp.torch import autocast as torch_autocast
+from ampcert.amp.torch import kernels as torch_autocast_kernels
+from ampcert.amp.torch.autocast import autocast, cache_stats
 
 BF16 = torch.bfloat16
 

@@ -14,7 +14,7 @@ its policy and native's lists disagree get a kernel of ours at that key
 * an op the policy puts in another family than native's, or in a family where native
   has none (``einsum``, ``tensordot`` on the CPU), or lists as ``uncast_if_mixed``:
   the kernel casts the call as its family says (the handlers of
-  :mod:`.torch_autocast_families`, the same the Python engine uses) and runs the op
+  :mod:`.families`, the same the Python engine uses) and runs the op
   with the Autocast key excluded, so the ops inside it are not cast again;
 * an op native lists and the policy does not (``_convolution`` on the CPU): the
   kernel runs it with the key excluded, untouched, as the policy says.
@@ -33,7 +33,7 @@ plain ``torch.autocast`` on another thread gets native's family for it, from
 leaves out because only native's C++ reaches them (:attr:`Kernels.native_only`) stay
 native's unless a policy lists them. A policy an ATen kernel cannot express (an op that is
 a Python function, not an ATen op) is refused here, and the region uses the Python engine
-(:mod:`.torch_autocast`).
+(:mod:`.autocast`).
 
 The engine's entry and exit (:func:`open_region`, :func:`close_region`) are plain calls
 eagerly; under torch.compile they are nodes of the graph (``allow_in_graph``, marked as
@@ -57,14 +57,14 @@ from typing import Any
 
 import torch
 
-from .audit_samples import DATA_DIR, SampleError, read_data
-from .policy import FAMILIES, OpPolicy, shipped_policy
-from .torch_autocast_families import HANDLERS, Family, Region, dtype_slot, fixed_target
-from .torch_autocast_state import STATE, kernel_cast_args
-from .torch_autocast_tracing import compiling as is_compiling
-from .torch_dynamo_marks import when_dynamo_imported
-from .torch_ops import op_in_torch, torch_version
-from .torch_support import release
+from ..audit_samples import DATA_DIR, SampleError, read_data
+from ..policy import FAMILIES, OpPolicy, shipped_policy
+from .dynamo_marks import when_dynamo_imported
+from .families import HANDLERS, Family, Region, dtype_slot, fixed_target
+from .op_names import op_in_torch, torch_version
+from .state import STATE, kernel_cast_args
+from .support import release
+from .tracing import compiling as is_compiling
 
 __all__ = ["KERNELS", "KNOWN_DIVERGENCES", "NATIVE_REFERENCE", "REFERENCE_FILE", "Kernels", "Overrides", "close_region",
            "kernels_for", "open_region", "read_reference", "serial_of"]

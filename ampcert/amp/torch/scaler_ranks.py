@@ -1,5 +1,5 @@
 """One overflow decision for all ranks of a data-parallel run: the cross-rank
-reduction of :class:`~ampcert.amp.torch_scaler.DynamicLossScaler`'s ``found_inf``.
+reduction of :class:`~ampcert.amp.torch.scaler.DynamicLossScaler`'s ``found_inf``.
 
 Why
 ---

@@ -12,14 +12,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ampcert.amp.torch_support import REGION_IN_TRACE_MIN, release  # noqa: E402
+from ampcert.amp.torch.support import REGION_IN_TRACE_MIN, release  # noqa: E402
 
 PROBE = textwrap.dedent("""
     import json, sys
     import torch
     import ampcert.amp as amp
-    from ampcert.amp import torch_autocast
-    from ampcert.amp.torch_scaler import DynamicLossScaler
+    from ampcert.amp.torch import autocast as torch_autocast
+    from ampcert.amp.torch.scaler import DynamicLossScaler
 
     model = torch.nn.Linear(8, 8)
     with amp.autocast("cpu", dtype=torch.bfloat16):

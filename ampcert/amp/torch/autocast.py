@@ -2,9 +2,9 @@
 
 An :class:`OpPolicy` (YAML) decides which ops are cast, instead of native's C++ op lists.
 Each region is decided by one of two engines, which decide alike
-(``tests/amp/test_torch_autocast_kernels.py``):
+(``tests/amp/torch/test_torch_autocast_kernels.py``):
 
-* **the dispatcher engine** (:mod:`.torch_autocast_kernels`), wherever the policy can be
+* **the dispatcher engine** (:mod:`.kernels`), wherever the policy can be
   said at the dispatcher: the region turns native autocast on, native's C++ kernels cast
   every op the policy puts in native's family, and ampcert's kernels at the Autocast key
   decide the ops where it differs. An op costs what it costs under ``torch.autocast``
@@ -22,15 +22,15 @@ Where things are
 ----------------
 * this module: the public :class:`autocast` (which engine decides a region, its entry
   and exit), the Python engine's dispatch (below), and introspection;
-* :mod:`.torch_autocast_state`: the per-thread region stack and the casts, with the
+* :mod:`.state`: the per-thread region stack and the casts, with the
   weight cache, that both engines share;
-* :mod:`.torch_autocast_kernels`: the dispatcher engine;
-* :mod:`.torch_autocast_families`: the :class:`~.torch_autocast_families.Family`
+* :mod:`.kernels`: the dispatcher engine;
+* :mod:`.families`: the :class:`~.families.Family`
   enum and the dispatch table, one handler per family deciding what a call is
   cast to (both engines use it);
-* :mod:`.torch_autocast_tracing`: re-entrant clones of torch's Python composites
+* :mod:`.tracing`: re-entrant clones of torch's Python composites
   and what torch.compile needs of them (the Python engine);
-* :mod:`.torch_ops` (names of torch callables) and :mod:`.torch_rnn` (nn.RNN/GRU).
+* :mod:`.op_names` (names of torch callables) and :mod:`.rnn` (nn.RNN/GRU).
 
 How the Python engine intercepts and maps calls
 -----------------------------------------------
@@ -55,7 +55,7 @@ or None; the mode casts the eligible tensors and calls the op:
   ``torch.functional``, ``torch._tensor``, ...: ``F.cross_entropy``, ``F.interpolate``,
   ``F.multi_head_attention_forward``): it is re-run with the mode active but its own
   top-level ``has_torch_function`` check skipped (a clone, see
-  :mod:`.torch_autocast_tracing`), so the ops it calls are decided one by one, as
+  :mod:`.tracing`), so the ops it calls are decided one by one, as
   native autocast decides them at the ATen level. If a clone cannot skip its
   check, the repeated call is detected and the function runs untouched.
 * Anything else runs untouched.
@@ -71,8 +71,8 @@ until the outermost region ends, as under ``torch.autocast``: step the optimizer
 the region, as torch's docs ask.)
 
 This module imports only torch, the standard library and its ``ampcert.amp``
-siblings. It re-exports the op-name registry of :mod:`.torch_ops`
-(:data:`~.torch_ops.OP_TORCH_VERSIONS`, :func:`known_op_names`, ...).
+siblings. It re-exports the op-name registry of :mod:`.op_names`
+(:data:`~.op_names.OP_TORCH_VERSIONS`, :func:`known_op_names`, ...).
 """
 
 from __future__ import annotations
@@ -86,23 +86,15 @@ from typing import Any, Literal
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .policy import OpPolicy, load_policy, shipped_policy
-from .precision import LOW_PRECISIONS, dtype_name
-from .torch_autocast_families import BCE_BANNED_MESSAGE, Family, Region, fixed_target, iter_tensors
-from .torch_autocast_families import set_opt_dtype as _SETS_DTYPE
-from .torch_autocast_kernels import Overrides, serial_of
-from .torch_autocast_kernels import close_region as _close_region
-from .torch_autocast_kernels import open_region as _open_region
-from .torch_autocast_state import ELIGIBLE_DTYPES as _ELIGIBLE_DTYPES
-from .torch_autocast_state import SEQUENCES as _SEQUENCES
-from .torch_autocast_state import STATE as _STATE
-from .torch_autocast_state import State as _State
-from .torch_autocast_state import cast_arg as _cast_arg
-from .torch_autocast_state import cast_eligible as _cast_eligible
-from .torch_autocast_tracing import Tracing, never_compiled_alone, refuse_untraceable_region
-from .torch_autocast_tracing import compiling as _compiling
-from .torch_dynamo_marks import constant_under_compile
-from .torch_ops import (
+from ..policy import OpPolicy, load_policy, shipped_policy
+from ..precision import LOW_PRECISIONS, dtype_name
+from .dynamo_marks import constant_under_compile
+from .families import BCE_BANNED_MESSAGE, Family, Region, fixed_target, iter_tensors
+from .families import set_opt_dtype as _SETS_DTYPE
+from .kernels import Overrides, serial_of
+from .kernels import close_region as _close_region
+from .kernels import open_region as _open_region
+from .op_names import (
     _NAME_CACHE,
     OP_TORCH_VERSIONS,
     canonical_op_name,
@@ -111,8 +103,16 @@ from .torch_ops import (
     op_in_torch,
     torch_version,
 )
-from .torch_rnn import RNN_OPS
-from .torch_rnn import decompose as decompose_rnn
+from .rnn import RNN_OPS
+from .rnn import decompose as decompose_rnn
+from .state import ELIGIBLE_DTYPES as _ELIGIBLE_DTYPES
+from .state import SEQUENCES as _SEQUENCES
+from .state import STATE as _STATE
+from .state import State as _State
+from .state import cast_arg as _cast_arg
+from .state import cast_eligible as _cast_eligible
+from .tracing import Tracing, never_compiled_alone, refuse_untraceable_region
+from .tracing import compiling as _compiling
 
 __all__ = [
     "BCE_BANNED_MESSAGE",
@@ -137,7 +137,7 @@ _LOW_DTYPES = tuple(getattr(torch, dtype_name(p)) for p in LOW_PRECISIONS)  # fp
 
 
 # ---------------------------------------------------------------------------
-# op naming: the registry lives in .torch_ops (the policy loader validates with it);
+# op naming: the registry lives in .op_names (the policy loader validates with it);
 # only the argument-dependent resolution of two composites is decided here.
 # ---------------------------------------------------------------------------
 def _arg(args: tuple, kwargs: dict, index: int, key: str, default: Any = None) -> Any:
@@ -337,7 +337,7 @@ class _AmpcertMode(TorchFunctionMode):
         """A call the policy does not cast: decomposed (nn.RNN/GRU on the CPU), re-run
         as a clone (a Python composite of torch) or run as it is."""
         if no_family and name in RNN_OPS and region is not None and region.device_type == "cpu":
-            # An ATen composite native autocast decides op by op (torch_rnn's module doc).
+            # An ATen composite native autocast decides op by op (rnn's module doc).
             with self:
                 decomposed = decompose_rnn(name, args, kwargs)
             if decomposed is not None:
@@ -358,7 +358,7 @@ class _AmpcertMode(TorchFunctionMode):
 @constant_under_compile
 def _dispatcher_serial(key: tuple) -> int:
     """The serial of the region ``key`` names if the dispatcher engine decides it
-    (:func:`~.torch_autocast_kernels.serial_of`), else -1. Under torch.compile it runs once,
+    (:func:`~.kernels.serial_of`), else -1. Under torch.compile it runs once,
     for real, while the tracer reads the code."""
     return serial_of(key, _REGIONS[key])
 
@@ -366,7 +366,7 @@ def _dispatcher_serial(key: tuple) -> int:
 _FunctionType = types.FunctionType
 #: The one mode object: entered at the outermost region, left at its exit.
 _MODE = _AmpcertMode()
-#: The clone caches and torch.compile's ahead-of-tracer snapshot (torch_autocast_tracing).
+#: The clone caches and torch.compile's ahead-of-tracer snapshot (tracing).
 _TRACING = Tracing(_MODE)
 
 #: The policies autocast objects were made with, one object per content (effective_sha256).
@@ -376,7 +376,7 @@ _SHIPPED: dict[str, str] = {}
 
 
 # The two functions below run once under torch.compile, while the tracer reads the code
-# (assume_constant_result, torch_dynamo_marks: called for real, their result a constant of the
+# (assume_constant_result, dynamo_marks: called for real, their result a constant of the
 # graph), so an autocast made and entered inside a compiled function traces with no graph
 # break: the tracer cannot read a file (the policy) or build modules (the traced clones).
 
@@ -397,7 +397,7 @@ def _keep_policy(policy: OpPolicy) -> str:
 
 @constant_under_compile
 def _prepare(policy: str) -> bool:
-    """The per-callable decisions (torch_autocast_tracing), made once per process."""
+    """The per-callable decisions (tracing), made once per process."""
     _TRACING.prepare(_POLICIES[policy])
     return True
 
@@ -467,7 +467,7 @@ class autocast:
                           self.cache_enabled)
         if st.mode_depth == 0:
             serial = _dispatcher_serial(key)
-            if serial >= 0:  # the dispatcher engine (torch_autocast_kernels)
+            if serial >= 0:  # the dispatcher engine (kernels)
                 _open_region(serial)
                 try:
                     native = torch.amp.autocast_mode._enter_autocast(
@@ -543,7 +543,7 @@ class autocast:
         return wrapper
 
 
-# Entered and left as plain Python when Dynamo hands it a frame whole (torch_autocast_tracing).
+# Entered and left as plain Python when Dynamo hands it a frame whole (tracing).
 never_compiled_alone(autocast.__init__, autocast.__enter__, autocast.__exit__,
                      _AmpcertMode.__torch_function__, _AmpcertMode._decide, _AmpcertMode._uncast)
 

@@ -21,11 +21,12 @@ import torch._dynamo
 from torch._dynamo.utils import counters
 
 from ampcert.amp import policy as policy_module
-from ampcert.amp import torch_autocast, torch_autocast_kernels
-from ampcert.amp.torch_autocast import autocast
-from ampcert.amp.torch_ops import torch_version
-from ampcert.amp.torch_scaler import DynamicLossScaler
-from ampcert.amp.torch_support import REGION_IN_TRACE_MIN, release_name
+from ampcert.amp.torch import autocast as torch_autocast
+from ampcert.amp.torch import kernels as torch_autocast_kernels
+from ampcert.amp.torch.autocast import autocast
+from ampcert.amp.torch.op_names import torch_version
+from ampcert.amp.torch.scaler import DynamicLossScaler
+from ampcert.amp.torch.support import REGION_IN_TRACE_MIN, release_name
 from ampcert.workloads import registry
 
 WORKLOADS = {
@@ -206,7 +207,7 @@ def _whole_step(workload: str, engine: str, sync_free: bool = True, steps: int =
     count after each compiled step, whether the overflowing step left the parameters and
     the optimizer's state as they were, bit for bit, and the scaler."""
     if engine == "ampcert" and torch_version() < REGION_IN_TRACE_MIN:
-        pytest.skip(f"a region inside a compiled step needs torch {release_name(REGION_IN_TRACE_MIN)}+ (amp/torch_support.py); "
+        pytest.skip(f"a region inside a compiled step needs torch {release_name(REGION_IN_TRACE_MIN)}+ (amp/torch/support.py); "
                     "the harness refuses `scope: step` here")
     torch.manual_seed(0)
     task, x, y = _task(workload)
@@ -381,7 +382,7 @@ def test_a_trace_that_fails_inside_the_region_leaves_no_region_open():
         return y
 
     torch._dynamo.reset()
-    # Where Dynamo cannot trace a region's entry (torch 2.11: amp/torch_support.py), the trace
+    # Where Dynamo cannot trace a region's entry (torch 2.11: amp/torch/support.py), the trace
     # fails before the region opens, on the policy passed in or on ampcert's refusal.
     fails = "graph_break|Graph break|graph break" if torch_version() >= REGION_IN_TRACE_MIN else \
         "frozen dataclass|Observed exception"

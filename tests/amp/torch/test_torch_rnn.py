@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ampcert.amp.torch_autocast import autocast
+from ampcert.amp.torch.autocast import autocast
 
 
 class _Ops(TorchDispatchMode):
@@ -67,10 +67,10 @@ def test_the_same_ops_in_the_same_dtypes_as_native(case, dtype, engine, request)
 
 def test_without_the_decomposition_the_comparison_fails(monkeypatch, python_engine):
     """The test above can fail: the builtin run untouched computes in fp32."""
-    from ampcert.amp import torch_rnn
+    from ampcert.amp.torch import rnn as torch_rnn
 
     monkeypatch.setattr(torch_rnn, "decompose", lambda *a: None)
-    monkeypatch.setattr("ampcert.amp.torch_autocast.decompose_rnn", lambda *a: None)
+    monkeypatch.setattr("ampcert.amp.torch.autocast.decompose_rnn", lambda *a: None)
     torch.manual_seed(0)
     module = torch.nn.GRU(6, 8)
     x = torch.randn(3, 5, 6)
@@ -92,6 +92,6 @@ def test_the_audit_command_covers_them(monkeypatch, python_engine):
 
     rows = audit_modules("cpu", torch.float16)
     assert [r.op for r in rows] == ["nn.RNN", "nn.RNN(relu)", "nn.GRU"] and all(r.agree for r in rows)
-    monkeypatch.setattr("ampcert.amp.torch_autocast.decompose_rnn", lambda *a: None)
+    monkeypatch.setattr("ampcert.amp.torch.autocast.decompose_rnn", lambda *a: None)
     assert not any(r.agree for r in audit_modules("cpu", torch.float16))  # it can fail
     assert audit_modules("cuda") == []  # cuDNN's kernels: not mirrored, and said so in the docs

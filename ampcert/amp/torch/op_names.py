@@ -5,7 +5,7 @@ A policy names ops (``linear``, ``softmax``, ``fft_rfft``), not callables. This
 module is the one place that knows the mapping: it scans torch's public
 namespaces once and names every callable by its ``__name__`` (the ATen name for
 C bindings), put through a small alias table. :mod:`.policy` validates op names
-against :func:`known_op_names`, and :mod:`.torch_autocast` maps each call it
+against :func:`known_op_names`, and :mod:`.autocast` maps each call it
 intercepts with :func:`canonical_op_name`.
 
 It imports torch and the standard library, and nothing of ampcert: the policy
@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .torch_support import release
+from .support import release
 
 __all__ = [
     "OP_TORCH_VERSIONS",

@@ -1,4 +1,4 @@
-"""Telemetry of :class:`~ampcert.amp.torch_scaler.DynamicLossScaler`: the scale after
+"""Telemetry of :class:`~ampcert.amp.torch.scaler.DynamicLossScaler`: the scale after
 every update, whether the update saw an overflow and whether a step was skipped,
 recorded on the device without syncing.
 

@@ -34,16 +34,16 @@ What this module adds to ``GradScaler``
    update.  ``min_scale=0.0, max_scale=float("inf")`` restores ``GradScaler`` exactly.
 2. **No host synchronisation in the step path** (``sync_free=True``): the optimizer
    step always runs and is *undone on the device* when an overflow was found, instead
-   of ``GradScaler``'s ``if found_inf.item()`` (:mod:`ampcert.amp.torch_scaler_step`).
+   of ``GradScaler``'s ``if found_inf.item()`` (:mod:`ampcert.amp.torch.scaler_step`).
    Optimizers with native AMP support (``optimizer._step_supports_amp_scaling``, e.g.
    ``fused=True`` Adam/AdamW/SGD) instead receive ``grad_scale``/``found_inf`` and skip
    inside their kernel, exactly as with ``GradScaler``.
 3. **Telemetry** (:meth:`DynamicLossScaler.trajectory`): the scale after every update,
    whether the update saw an overflow and whether a step was skipped, recorded on the
-   device without syncing (:mod:`ampcert.amp.torch_scaler_trajectory`).
+   device without syncing (:mod:`ampcert.amp.torch.scaler_trajectory`).
 4. **Data-parallel training**: every rank skips or applies the same steps and holds the
    same scale, because the overflow flag is all-reduced (``MAX``) across the ranks after
-   each inf check (``sync_ranks``; :mod:`ampcert.amp.torch_scaler_ranks`).
+   each inf check (``sync_ranks``; :mod:`ampcert.amp.torch.scaler_ranks`).
 
 Where the code is
 -----------------
@@ -51,10 +51,10 @@ This module is the ``GradScaler``-compatible front: the public API, the per-opti
 state machine below, unscaling and the inf check, the update rule, checkpointing. It
 uses three modules, one concept each, each with its own account of why:
 
-- :mod:`ampcert.amp.torch_scaler_step`: the sync-free core, a step undone on the
+- :mod:`ampcert.amp.torch.scaler_step`: the sync-free core, a step undone on the
   device (and ``GradScaler``'s syncing step);
-- :mod:`ampcert.amp.torch_scaler_ranks`: the cross-rank reduction of ``found_inf``;
-- :mod:`ampcert.amp.torch_scaler_trajectory`: trajectory recording.
+- :mod:`ampcert.amp.torch.scaler_ranks`: the cross-rank reduction of ``found_inf``;
+- :mod:`ampcert.amp.torch.scaler_trajectory`: trajectory recording.
 
 State machine
 -------------
@@ -75,7 +75,7 @@ Where host syncs remain
 * ``scale``, ``unscale_``, ``update``: never.
 * ``step`` with ``sync_free=True``: none in steady state; the exceptions (an optimizer
   creating its state in its first steps, state tensors on another device than the
-  scale, sparse gradients) are listed in :mod:`ampcert.amp.torch_scaler_step`.  Syncs
+  scale, sparse gradients) are listed in :mod:`ampcert.amp.torch.scaler_step`.  Syncs
   made by the optimizer itself are outside the scaler's control.
 * ``step`` with ``sync_free=False``: one ``.item()`` per step (``GradScaler``'s
   behaviour; free on CPU, where it is the default).
@@ -86,7 +86,7 @@ Under torch.compile
 -------------------
 ``step`` and ``update`` run eagerly, whole, as ``GradScaler``'s do (Dynamo does not trace
 torch.amp): a training step compiled as one function then falls into the graphs and
-breaks native's does, no more (tests/amp/test_torch_compile.py). Traced, the step's
+breaks native's does, no more (tests/amp/torch/test_torch_compile.py). Traced, the step's
 inf check, snapshot and undo around the eager optimizer step made five graphs of
 native's two, and the step up to 2.9x native's time under aot_eager. ``scale`` and
 an explicit ``unscale_`` (before clipping) are traced: they hold no host sync.
@@ -105,10 +105,10 @@ from typing import Any, cast
 
 import torch
 
-from .torch_dynamo_marks import when_dynamo_imported
-from .torch_scaler_ranks import ranks_to_sync, reduce_found_inf
-from .torch_scaler_step import snapshot_for_undo, syncing_step, undo_if_overflowed
-from .torch_scaler_trajectory import Trajectory
+from .dynamo_marks import when_dynamo_imported
+from .scaler_ranks import ranks_to_sync, reduce_found_inf
+from .scaler_step import snapshot_for_undo, syncing_step, undo_if_overflowed
+from .scaler_trajectory import Trajectory
 
 try:  # Share GradScaler's enum so code inspecting per-optimizer stages keeps working.
     from torch.amp.grad_scaler import OptState
@@ -414,7 +414,7 @@ class DynamicLossScaler(torch.amp.GradScaler):
         self, found_inf_per_device: dict[torch.device, torch.Tensor], device: torch.device
     ) -> dict[torch.device, torch.Tensor]:
         """The flags, made one decision for all ranks when ranks are synced
-        (:mod:`ampcert.amp.torch_scaler_ranks`)."""
+        (:mod:`ampcert.amp.torch.scaler_ranks`)."""
         if not ranks_to_sync(self._sync_ranks, self._process_group):
             return found_inf_per_device
         return reduce_found_inf(found_inf_per_device, device, self._process_group)
@@ -498,7 +498,7 @@ class DynamicLossScaler(torch.amp.GradScaler):
         libraries call it directly): the masked step when sync-free, else GradScaler's."""
         found_inf_per_device = optimizer_state["found_inf_per_device"]
         if self._sync_free:
-            # The masked step (torch_scaler_step's module doc).
+            # The masked step (scaler_step's module doc).
             scale = cast(torch.Tensor, self._scale)
             undo = snapshot_for_undo(optimizer, found_inf_per_device, scale.device, self._snapshots)
             if undo is not None:
@@ -730,7 +730,7 @@ class DynamicLossScaler(torch.amp.GradScaler):
 @when_dynamo_imported
 def _eager_under_compile(dynamo: ModuleType) -> None:
     """The step and the update run eagerly under torch.compile (the module doc's "Under
-    torch.compile"), marked once Dynamo is imported (torch_dynamo_marks)."""
+    torch.compile"), marked once Dynamo is imported (dynamo_marks)."""
     DynamicLossScaler.step = torch.compiler.disable(  # type: ignore[method-assign]
         DynamicLossScaler.step, reason="DynamicLossScaler.step runs eagerly, as GradScaler's does")
     DynamicLossScaler.update = torch.compiler.disable(  # type: ignore[method-assign]

@@ -1,5 +1,5 @@
 """The per-thread state of ampcert's torch autocast and its casts, with the weight cache:
-what both engines share (:mod:`.torch_autocast` the Python one, :mod:`.torch_autocast_kernels`
+what both engines share (:mod:`.autocast` the Python one, :mod:`.kernels`
 the dispatcher's).
 
 * :class:`State` (one per thread, :data:`STATE`): the open regions, which engine decides
@@ -11,7 +11,7 @@ the dispatcher's).
   under ``no_grad``). Never inside a trace: the graph holds the cast once anyway, and the
   cache's checks (``_is_view``, weakrefs, ``_version``) would each break it.
 
-Imports torch, the standard library and :mod:`.torch_autocast_families`.
+Imports torch, the standard library and :mod:`.families`.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import Any
 
 import torch
 
-from .torch_autocast_families import Region, eligible
-from .torch_autocast_tracing import compiling as is_compiling
+from .families import Region, eligible
+from .tracing import compiling as is_compiling
 
 __all__ = ["ELIGIBLE_DTYPES", "SEQUENCES", "STATE", "State", "cast", "cast_arg", "cast_eligible", "kernel_cast_args"]
 
-#: The dtypes :func:`~.torch_autocast_families.eligible` accepts: floating point, not float64.
+#: The dtypes :func:`~.families.eligible` accepts: floating point, not float64.
 ELIGIBLE_DTYPES = frozenset(d for d in vars(torch).values()
                             if isinstance(d, torch.dtype) and d.is_floating_point and d is not torch.float64)
 SEQUENCES = (list, tuple)

@@ -26,12 +26,14 @@ import logging
 import pytest
 import torch
 
-from ampcert.amp import audit, torch_autocast, torch_autocast_kernels
+from ampcert.amp import audit
 from ampcert.amp.audit import SAMPLES, _AtenOps
 from ampcert.amp.audit_samples import Inputs
 from ampcert.amp.policy import shipped_policy
-from ampcert.amp.torch_autocast import autocast, engine_of
-from ampcert.amp.torch_autocast_kernels import KNOWN_DIVERGENCES
+from ampcert.amp.torch import autocast as torch_autocast
+from ampcert.amp.torch import kernels as torch_autocast_kernels
+from ampcert.amp.torch.autocast import autocast, engine_of
+from ampcert.amp.torch.kernels import KNOWN_DIVERGENCES
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 

@@ -1,4 +1,4 @@
-"""ampcert.amp.torch_autocast.autocast against native torch.autocast, on real CPU tensors.
+"""ampcert.amp.torch.autocast.autocast against native torch.autocast, on real CPU tensors.
 
 On this machine bf16/fp16 matmuls are ~100x slower than fp32: every tensor is tiny.
 """
@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ampcert.amp.policy import FAMILIES, load_policy, shipped_policy, shipped_policy_names
-from ampcert.amp.torch_autocast import (
+from ampcert.amp.torch.autocast import (
     Family,
     autocast,
     cache_stats,
@@ -21,7 +21,7 @@ from ampcert.amp.torch_autocast import (
     get_autocast_dtype,
     is_autocast_enabled,
 )
-from ampcert.amp.torch_autocast_families import HANDLERS, Region, set_opt_dtype, takes_dtype
+from ampcert.amp.torch.families import HANDLERS, Region, set_opt_dtype, takes_dtype
 
 BF16, FP16, FP32, FP64 = torch.bfloat16, torch.float16, torch.float32, torch.float64
 
@@ -450,8 +450,8 @@ def test_each_handler_decides_its_familys_dtype():
 def test_regions_are_kept_per_policy_content_not_per_object():
     # A policy loaded again (per step, per worker) is the same setting: one region for it,
     # so the table of regions stays as small as the policies a process meets.
-    from ampcert.amp import torch_autocast
     from ampcert.amp.policy import OpPolicy
+    from ampcert.amp.torch import autocast as torch_autocast
 
     x = torch.randn(2, 4)
     made = [OpPolicy(name="fresh", device_type="cpu", ops={"linear": "lower_precision", "exp": "fp32"})

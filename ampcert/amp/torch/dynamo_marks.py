@@ -3,7 +3,7 @@
 Some functions of the autocast and the scaler tell torch.compile how to treat them: run
 once for real while tracing (``assume_constant_result``), become a node of the graph
 (``allow_in_graph``), run eagerly (``torch.compiler.disable``), or never be compiled as a
-frame of their own (``torch_autocast_tracing.never_compiled_alone``). Applied at import,
+frame of their own (``tracing.never_compiled_alone``). Applied at import,
 each imports torch._dynamo, and with it torch._inductor and sympy (about 1.5 s and
 100 MB), into every program that uses an eager region, which never meets Dynamo.
 

@@ -1,4 +1,4 @@
-"""The sync-free core of :class:`~ampcert.amp.torch_scaler.DynamicLossScaler`: an
+"""The sync-free core of :class:`~ampcert.amp.torch.scaler.DynamicLossScaler`: an
 optimizer step that is undone on the device when the gradients overflowed.
 
 Why
@@ -11,7 +11,7 @@ counters, ...) are snapshotted, the step runs, and ``torch.where(found_inf, snap
 current)`` restores them: :func:`snapshot_for_undo` before the step, the optimizer's
 step, then :func:`undo_if_overflowed`, which the scaler's ``_maybe_opt_step`` calls in
 turn. Under torch.compile all of it runs eagerly, inside the scaler's step, as
-GradScaler's does (:mod:`ampcert.amp.torch_scaler`). :func:`syncing_step` is
+GradScaler's does (:mod:`ampcert.amp.torch.scaler`). :func:`syncing_step` is
 ``GradScaler``'s own path (``sync_free=False``): ask the host, then step or not.
 
 The snapshot is kept in reusable buffers, one set per optimizer

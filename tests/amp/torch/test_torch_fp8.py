@@ -13,7 +13,7 @@ import torch
 from ampcert.amp import autocast
 from ampcert.amp.fp8_recipes import RECIPES, recipe_for
 from ampcert.amp.fp8_screen import EligibilityRecorder, verdict
-from ampcert.amp.torch_fp8 import (
+from ampcert.amp.torch.fp8 import (
     Fp8Linear,
     LayerPolicy,
     LayerPolicyError,
@@ -23,7 +23,7 @@ from ampcert.amp.torch_fp8 import (
     quantize,
     saturating_cast,
 )
-from ampcert.amp.torch_ops import torch_version
+from ampcert.amp.torch.op_names import torch_version
 
 logging.getLogger("torchao").setLevel(logging.ERROR)
 torchao = pytest.importorskip("torchao", reason="the dev extra installs torchao (ampcert[fp8])")
@@ -311,7 +311,7 @@ def test_real_fp8_on_the_gpu_runs_scaled_mm_and_agrees_with_torchao(recipe, monk
     the results agree with torchao's real Float8Linear (same casts, same kernel; the
     tolerance allows for a different cuBLAS algorithm choice), and with the emulation
     within FP8's rounding."""
-    from ampcert.amp.torch_fp8 import has_fp8_tensor_cores
+    from ampcert.amp.torch.fp8 import has_fp8_tensor_cores
 
     real, why = has_fp8_tensor_cores("fp8")
     if not real:

@@ -1,6 +1,6 @@
 """FP8 and MXFP8 matmuls for ``torch.nn.Linear``: casts, the layer, the swap.
 
-    from ampcert.amp.torch_fp8 import convert, LayerPolicy
+    from ampcert.amp.torch.fp8 import convert, LayerPolicy
     from ampcert.amp.fp8_recipes import RECIPES
 
     plans = convert(model, RECIPES["tensorwise"], LayerPolicy(), compute_dtype=torch.bfloat16)
@@ -19,7 +19,7 @@ Two paths, the same casts:
   the matmul runs on the FP8 values dequantised to fp32 (MX: to the operand's
   own dtype). The operations, their order and their dtypes are torchao's
   emulated ``Float8Linear`` / ``MXFP8Linear``, so the results are bit for bit
-  theirs (tests/amp/test_torch_fp8.py). Speed figures of an emulated run say
+  theirs (tests/amp/torch/test_torch_fp8.py). Speed figures of an emulated run say
   nothing about FP8 hardware.
 - **real** (compute capability >= 8.9, ``fp8`` recipes): the cast operands go
   to ``torch._scaled_mm`` with the inverse scales, as torchao does.
@@ -44,7 +44,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .fp8_recipes import MAX_FINITE, MX_BLOCK, TORCH_DTYPE, Cast, Recipe
+from ..fp8_recipes import MAX_FINITE, MX_BLOCK, TORCH_DTYPE, Cast, Recipe
 
 # torchao's guard against a zero amax (an all-zero tensor keeps a finite scale).
 EPS = 1e-12
