@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ampcert.session",),                                # the sequences a command runs
     ("ampcert.runner", "ampcert.gate", "ampcert.history"),  # execute a plan; compare results; the nightly history
     ("ampcert.report",),                                 # report.json/html, signing
-    ("ampcert.backends", "ampcert.certify", "ampcert.plan", "ampcert.memory",  # train one run; verdicts; capacity;
+    ("ampcert.backends", "ampcert.certify", "ampcert.capacity_planning", "ampcert.memory",  # train one run; verdicts; capacity;
      "ampcert.track", "ampcert.integrations",             # what a team's own job writes (MLLOG, callbacks);
      "ampcert.published"),                                # published MLPerf results, scored
     ("ampcert.aggregate",),                              # one aggregation per group, for every view

@@ -209,7 +209,7 @@ def _swept_folder(tmp_path):
 
 
 def test_plan_says_how_many_devices_each_precision_needs_for_a_global_batch(tmp_path, cli_here):
-    from ampcert.plan import capacity_plan
+    from ampcert.capacity_planning import capacity_plan
     from ampcert.results import load
 
     rs = load(_swept_folder(tmp_path))

@@ -24,10 +24,10 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert.aggregate import Aggregate, aggregate, steady
+from ampcert.capacity_planning import CapacityPlan, capacity_plan
 from ampcert.certify.checks import Certificate
 from ampcert.envinfo import CPU_FLAGS_OF_INTEREST
 from ampcert.memory import MemoryFit, folder_fits, stored_sweep
-from ampcert.plan import CapacityPlan, capacity_plan
 from ampcert.resources import schema_path
 from ampcert.results import ResultsDir, ResultSet, RunResult
 from ampcert.steady_state import SteadyState

@@ -1,4 +1,4 @@
-"""The systems comparison (:mod:`ampcert.published.compare`) as files: ``comparison.json``
+"""The systems comparison (:mod:`ampcert.published.system_comparison`) as files: ``comparison.json``
 (canonical JSON), ``comparison.md`` and ``comparison.html`` (one self-contained file: inline
 CSS and SVG plots, a Content-Security-Policy that forbids any fetch, every string escaped),
 signed like every report (``comparison.dsse.json``: a DSSE envelope over the three,
@@ -12,7 +12,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from ampcert import formats
-from ampcert.published.compare import SystemComparison, SystemRow
+from ampcert.published.system_comparison import SystemComparison, SystemRow
 from ampcert.report import plots
 from ampcert.results import atomic_write_text
 

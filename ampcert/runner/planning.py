@@ -67,7 +67,11 @@ def _jax_gpu() -> tuple[bool, str]:
 
 
 @dataclass
-class Plan:
+class SuitePlan:
+    """A suite as planned, before its folder exists: the suite, its runs (capabilities
+    applied), what the device accelerates, and the rule pack's digest; written as
+    plan.json (:class:`~ampcert.stored_plan.StoredPlan`, the same plan as stored)."""
+
     suite: Suite
     suite_path: Path
     runs: list[RunSpec]
@@ -148,7 +152,7 @@ def check_fp32_reference(pack: RulePack, runs: list[RunSpec], suite_path: Path) 
                     "precisions (or the suite's), or certify with a pack that does not compare with fp32")
 
 
-def plan_suite(suite_path: str | Path) -> Plan:
+def plan_suite(suite_path: str | Path) -> SuitePlan:
     from ampcert.backends.capability import probe
 
     path = Path(suite_path)
@@ -175,7 +179,7 @@ def plan_suite(suite_path: str | Path) -> Plan:
     if submission.platform is None:
         submission = submission.model_copy(update={"platform": platform_name(device)})
     runs = [r.model_copy(update={"submission": submission, "config_filename": path.name}) for r in runs]
-    return Plan(suite, path, apply_capabilities(suite, runs, capabilities), capabilities, device, certify_sha256)
+    return SuitePlan(suite, path, apply_capabilities(suite, runs, capabilities), capabilities, device, certify_sha256)
 
 
 def platform_name(device: str) -> str:
@@ -235,7 +239,7 @@ def _interrupted_before_plan(out: Path) -> bool:
     return (all(_PRE_PLAN.match(n) for n in names) and ("suite.yaml" not in names or ".lock" in names))
 
 
-def write_plan(out: Path, plan: Plan, shard: dict[str, Any] | None = None) -> None:
+def write_plan(out: Path, plan: SuitePlan, shard: dict[str, Any] | None = None) -> None:
     from ampcert.envinfo import fingerprint
     from ampcert.runner.code_identity import code_identity
 

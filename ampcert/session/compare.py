@@ -15,9 +15,9 @@ from ampcert.errors import BadArgument, UserError
 from ampcert.runner.signals import interruptible
 
 if TYPE_CHECKING:
+    from ampcert.capacity_planning import CapacityPlan
     from ampcert.gate import GateResult
-    from ampcert.plan import CapacityPlan
-    from ampcert.published.plan import PublishedPlan
+    from ampcert.published.capacity import PublishedCapacity
 
 
 def write_files(files: Iterable[tuple[str | Path | None, str]]) -> list[Path]:
@@ -58,7 +58,7 @@ def write_gate_outputs(result: GateResult, json_path: str | Path | None, markdow
 
 @dataclass(frozen=True)
 class Capacity:
-    plan: CapacityPlan | PublishedPlan
+    plan: CapacityPlan | PublishedCapacity
     suite: str
     rows: list[dict[str, str]]
     notes: list[str]
@@ -75,8 +75,8 @@ def capacity(source: str | Path, target_samples: int | None = None, *, gpus: int
 
     From imported MLPerf results (a folder of ``ampcert import mlperf``, or its ``out``):
     wall time, accelerator-hours and cost of ``training_runs`` training runs per system."""
+    from ampcert import capacity_planning as measured
     from ampcert import gate as regression
-    from ampcert import plan as planning
     from ampcert.session.published import imported_folders, published_capacity
 
     with interruptible():
@@ -87,12 +87,12 @@ def capacity(source: str | Path, target_samples: int | None = None, *, gpus: int
             if given:
                 raise BadArgument(given[0], f"{source} holds imported MLPerf results: plan them in training_runs "
                                   "(each system's own accelerators)")
-            from ampcert.published import plan as published_plan
+            from ampcert.published import capacity as published
 
             pp = published_capacity(imported, training_runs, price_per_gpu_hour=price_per_gpu_hour,
                                     pricing=pricing)
-            return Capacity(pp, "imported MLPerf results", published_plan.table_rows(pp),
-                            pp.assumptions + published_plan.notes(pp))
+            return Capacity(pp, "imported MLPerf results", published.table_rows(pp),
+                            pp.assumptions + published.notes(pp))
         if training_runs is not None:
             raise BadArgument("training_runs", f"{source} is not an imported MLPerf result: plan it in target_samples")
         if target_samples is None:
@@ -102,12 +102,12 @@ def capacity(source: str | Path, target_samples: int | None = None, *, gpus: int
         if global_batch is not None and not fits:
             raise UserError(f"{source}: no memory sweep to fit a global batch with (a suite's "
                             "`memory: {batch_sizes: [...]}`, docs/suites.md)")
-        cp = planning.capacity_plan(side.runs, target_samples, gpus, price_per_gpu_hour, pricing,
+        cp = measured.capacity_plan(side.runs, target_samples, gpus, price_per_gpu_hour, pricing,
                                     global_batch=global_batch, memory_fits=fits,
                                     device_memory=_size(device_memory, "--device-memory"))
         if not cp.rows:
             raise UserError(f"{source}: no run results to plan from")
-        return Capacity(cp, side.suite_name, planning.table_rows(cp), cp.assumptions + planning.notes(cp))
+        return Capacity(cp, side.suite_name, measured.table_rows(cp), cp.assumptions + measured.notes(cp))
 
 
 def _memory_fits(source: Path) -> list:
@@ -145,9 +145,9 @@ def _size(value: str | int | None, name: str) -> int | None:
 
 def write_capacity(cap: Capacity, *, csv: str | Path | None, json_path: str | Path | None) -> list[Path]:
     """The capacity plan's CSV and JSON files (atomically); the paths written."""
-    from ampcert import plan as planning
-    from ampcert.published import plan as published_plan
+    from ampcert import capacity_planning as measured
+    from ampcert.published import capacity as published
 
-    text = (planning.csv_text(cap.plan) if isinstance(cap.plan, planning.CapacityPlan)
-            else published_plan.csv_text(cap.plan))
+    text = (measured.csv_text(cap.plan) if isinstance(cap.plan, measured.CapacityPlan)
+            else published.csv_text(cap.plan))
     return write_files([(csv, text), (json_path, cap.plan.model_dump_json(indent=1) + "\n")])

@@ -13,9 +13,9 @@ from ampcert.errors import BadArgument, UserError
 from ampcert.runner.signals import interruptible
 
 if TYPE_CHECKING:
-    from ampcert.published.compare import SystemComparison
+    from ampcert.published.capacity import PublishedCapacity
     from ampcert.published.importer import PublishedBenchmark
-    from ampcert.published.plan import PublishedPlan
+    from ampcert.published.system_comparison import SystemComparison
 
 
 @dataclass(frozen=True)
@@ -86,10 +86,10 @@ def imported_folders(source: Path) -> list[Path]:
 
 def published_capacity(folders: Sequence[Path], training_runs: int | None, *,
                        price_per_gpu_hour: float | None = None,
-                       pricing: str | Path | None = None) -> PublishedPlan:
+                       pricing: str | Path | None = None) -> PublishedCapacity:
     """Wall time, accelerator-hours and cost of ``training_runs`` runs on each imported system."""
+    from ampcert.published.capacity import training_plan
     from ampcert.published.importer import load_published
-    from ampcert.published.plan import training_plan
 
     if training_runs is None:
         raise BadArgument("training_runs", "an imported MLPerf result is planned in training runs, not samples")
@@ -120,9 +120,9 @@ def compare_systems(folders: Sequence[str | Path], out: str | Path, *, benchmark
     """Compare systems for one benchmark: imported MLPerf results (``import_mlperf``'s folders, or its
     ``out``) and ampcert's own results folders, side by side; writes comparison.json, .md and .html in
     ``out`` (and comparison.dsse.json with ``sign_key``)."""
-    from ampcert.plan import load_pricing
-    from ampcert.published.compare import compare
+    from ampcert.capacity_planning import load_pricing
     from ampcert.published.importer import load_published
+    from ampcert.published.system_comparison import compare
     from ampcert.report import systems
     from ampcert.results import ResultsDir, load
 

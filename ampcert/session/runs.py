@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ampcert.certify.rules import RulePack
     from ampcert.runner.executors import FleetOptions
     from ampcert.runner.fleet import Executor
-    from ampcert.runner.planning import Plan
+    from ampcert.runner.planning import SuitePlan
     from ampcert.spec import RunSpec, SlurmOptions
     from ampcert.stored_plan import StoredPlan
 
@@ -33,7 +33,7 @@ class PlannedRuns:
     """A run matrix before anything runs (`ampcert run --dry-run`)."""
 
     rows: list[dict[str, Any]]
-    plan: Plan | None = None  # None for a resumed folder: its plan is stored
+    plan: SuitePlan | None = None  # None for a resumed folder: its plan is stored
     shard: dict[str, Any] | None = None
     planned: int = 0
 
@@ -44,7 +44,7 @@ class PlannedRuns:
                 "capabilities": self.plan.capabilities, "shard": self.shard, "runs": self.rows}
 
 
-def _shard_of(plan: Plan, shard: str | None) -> tuple[list[RunSpec], dict[str, Any] | None]:
+def _shard_of(plan: SuitePlan, shard: str | None) -> tuple[list[RunSpec], dict[str, Any] | None]:
     from ampcert.runner import shard as sharding
 
     if shard is None:

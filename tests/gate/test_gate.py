@@ -40,7 +40,7 @@ from conftest import assert_one_line_error, cli_env, run_cli
 from factories import completed, warm_cli, write_results
 from factories import plan as plan_runs
 
-from ampcert import gate, plan, results
+from ampcert import capacity_planning, gate, results
 from ampcert.certify import evaluate, load_rules
 from ampcert.errors import UserError
 
@@ -423,7 +423,7 @@ def test_decision_needs_effect_and_support(synthetic):
 def test_capacity_plan_matches_hand_computed_figures(synthetic):
     rs = results.load(synthetic["base2"])
     n, k, price = 10_000_000, 4, 2.5
-    cp = plan.capacity_plan(rs.runs, target_samples=n, gpus=k, price_per_gpu_hour=price)
+    cp = capacity_planning.capacity_plan(rs.runs, target_samples=n, gpus=k, price_per_gpu_hour=price)
     rows = {f"{r.workload}/{r.backend}/{r.amp}/{r.precision}": r for r in cp.rows}
     assert set(rows) == {DIGITS, FP16, "underflow/torch/native/fp32"}
 
@@ -464,7 +464,7 @@ def test_capacity_plan_energy_from_a_stored_result_with_energy(synthetic, tmp_pa
                                            method="NVML total energy counter at phase edges", reason=None)
         path.write_text(json.dumps(data))
     n = 10_000_000
-    cp = plan.capacity_plan(results.load(folder).runs, target_samples=n, gpus=8)
+    cp = capacity_planning.capacity_plan(results.load(folder).runs, target_samples=n, gpus=8)
     row = next(r for r in cp.rows if r.workload == "digits")
     assert row.energy_j_per_sample == pytest.approx(0.625)  # the median of six seeds
     assert row.energy_kwh == pytest.approx(n * 0.625 / 3.6e6)  # 1.736 kWh
@@ -489,7 +489,7 @@ def test_plan_cli_table_csv_and_pricing(synthetic, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "linear scaling" in proc.stdout and "not measured" in proc.stdout and "EUR" in proc.stdout
     rows = list(csv.DictReader(io.StringIO(out_csv.read_text())))
-    expected = plan.capacity_plan(rs.runs, 1_000_000, 2, pricing=pricing)
+    expected = capacity_planning.capacity_plan(rs.runs, 1_000_000, 2, pricing=pricing)
     assert len(rows) == len(expected.rows) == 3
     for got, want in zip(rows, expected.rows, strict=True):
         assert got["precision"] == want.precision and got["currency"] == "EUR"

@@ -1,5 +1,5 @@
 """`ampcert import mlperf` (ampcert/published/importer.py, system.py) and `ampcert plan` on what it
-wrote (published/plan.py): real v5.1 llama2_70b_lora results of three submitters
+wrote (published/capacity.py): real v5.1 llama2_70b_lora results of three submitters
 (tests/fixtures/mlperf/SOURCE.md), copied where a test changes them."""
 
 from __future__ import annotations

@@ -19,10 +19,10 @@ import pytest
 from conftest import REPO, chromium
 from factories import CPU_CAPS, completed, failed, plan, write_results
 
+from ampcert.capacity_planning import PRICING_FILE, PRICING_NAME, capacity_plan, load_pricing
 from ampcert.certify.checks import evaluate
 from ampcert.certify.rules import load_rules
 from ampcert.envinfo import fingerprint
-from ampcert.plan import PRICING_FILE, PRICING_NAME, capacity_plan, load_pricing
 from ampcert.report import render
 from ampcert.report.model import SCHEMA_FILE, environment_facts, json_schema, portable
 from ampcert.resources import config_path

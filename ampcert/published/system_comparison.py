@@ -37,8 +37,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert.aggregate import group_runs, run_value
+from ampcert.capacity_planning import J_PER_KWH, Pricing, scaled
 from ampcert.errors import BadArgument, UserError
-from ampcert.plan import J_PER_KWH, Pricing, scaled
 from ampcert.published.importer import PUBLISHED_FILE, PublishedBenchmark
 from ampcert.published.scores import bootstrap, olympic_score
 from ampcert.results import ResultSet, RunResult

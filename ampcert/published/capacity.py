@@ -14,7 +14,7 @@ retraining) take:
 - the ranges come from the score's bootstrap interval (:mod:`.scores`), so they say
   how much the published runs varied, not how another site's would.
 
-Unlike :func:`ampcert.plan.capacity_plan`, nothing is extrapolated from throughput:
+Unlike :func:`ampcert.capacity_planning.capacity_plan`, nothing is extrapolated from throughput:
 a published score already is a whole training run at its published scale.
 """
 
@@ -30,8 +30,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampcert import formats
+from ampcert.capacity_planning import J_PER_KWH, Pricing, load_pricing, scaled
 from ampcert.errors import BadArgument
-from ampcert.plan import J_PER_KWH, Pricing, load_pricing, scaled
 from ampcert.published.importer import PublishedBenchmark
 
 
@@ -39,7 +39,7 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class PublishedPlanRow(_Model):
+class PublishedCapacityRow(_Model):
     submitter: str
     system: str
     benchmark: str
@@ -63,17 +63,17 @@ class PublishedPlanRow(_Model):
     reason: str | None = Field(default=None, description="why a figure is null")
 
 
-class PublishedPlan(_Model):
+class PublishedCapacity(_Model):
     training_runs: int
     currency: str
     pricing: str
     pricing_sha256: str | None
     assumptions: list[str]
-    rows: list[PublishedPlanRow]
+    rows: list[PublishedCapacityRow]
 
 
 def training_plan(records: Sequence[PublishedBenchmark], training_runs: int, *,
-                  price_per_gpu_hour: float | None = None, pricing: Pricing | str | None = None) -> PublishedPlan:
+                  price_per_gpu_hour: float | None = None, pricing: Pricing | str | None = None) -> PublishedCapacity:
     """Wall time, accelerator-hours and cost of ``training_runs`` runs on each imported system."""
     if training_runs < 1:
         raise BadArgument("training_runs", "expected at least 1 training run", training_runs)
@@ -96,7 +96,7 @@ def training_plan(records: Sequence[PublishedBenchmark], training_runs: int, *,
                   f"no price for {fp.accelerator_model!r} in {table.source}: pass --price-per-gpu-hour or --pricing"
                   if price is None else None)
         joules, scope = rec.energy.per_run()
-        rows.append(PublishedPlanRow(
+        rows.append(PublishedCapacityRow(
             submitter=rec.submitter, system=rec.system, benchmark=rec.benchmark, round=rec.round,
             accelerator=fp.accelerator_model, accelerators=fp.accelerators, score_minutes=minutes,
             score_interval_minutes=interval, wall_time_h=wall, wall_time_h_range=wall_rng,
@@ -115,12 +115,12 @@ def training_plan(records: Sequence[PublishedBenchmark], training_runs: int, *,
         "energy: N x the benchmark's energy to train from its power logs (MLPerf's arithmetic, the switches' "
         "readings counted where they have them; docs/published.md); null where none were published",
     ]
-    return PublishedPlan(training_runs=n, currency=table.currency, pricing=source,
+    return PublishedCapacity(training_runs=n, currency=table.currency, pricing=source,
                          pricing_sha256=None if price_per_gpu_hour is not None else table.sha256 or None,
                          assumptions=assumptions, rows=rows)
 
 
-def table_rows(plan: PublishedPlan) -> list[dict[str, str]]:
+def table_rows(plan: PublishedCapacity) -> list[dict[str, str]]:
     """One row of strings per system (terminal table)."""
     def rng(values: list[float] | None, f: Any) -> str:
         return f" ({f(values[0])}–{f(values[1])})" if values else ""
@@ -140,7 +140,7 @@ def table_rows(plan: PublishedPlan) -> list[dict[str, str]]:
     } for r in plan.rows]
 
 
-def notes(plan: PublishedPlan) -> list[str]:
+def notes(plan: PublishedCapacity) -> list[str]:
     return [f"{r.submitter} {r.system} {r.benchmark}: {r.reason}" for r in plan.rows if r.reason]
 
 
@@ -148,7 +148,7 @@ CSV_FIELDS = ["submitter", "system", "benchmark", "round", "accelerator", "accel
               "wall_time_h", "accelerator_hours", "price_per_gpu_hour", "price_source", "cost", "energy_kwh", "energy_scope", "energy_reason", "reason"]
 
 
-def csv_text(plan: PublishedPlan) -> str:
+def csv_text(plan: PublishedCapacity) -> str:
     """One line per system; ranges as _min/_max columns; empty cells where null."""
     out = io.StringIO()
     ranged = {"score_minutes": "score_interval_minutes", "wall_time_h": "wall_time_h_range",

@@ -1,7 +1,7 @@
 """Capacity planning: what training N samples takes in each precision, from measured results.
 
-    from ampcert import plan
-    cp = plan.capacity_plan(runs, target_samples=10**9, gpus=8, price_per_gpu_hour=2.5)
+    from ampcert import capacity_planning
+    cp = capacity_planning.capacity_plan(runs, target_samples=10**9, gpus=8, price_per_gpu_hour=2.5)
     for row in cp.rows: ...            # one row per workload/backend/AMP/precision
 
 Per subject, from its completed runs (seeds; repeats left out):
