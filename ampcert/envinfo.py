@@ -131,7 +131,7 @@ def fingerprint() -> dict[str, Any]:
 def software_stack(fingerprint: dict[str, Any], tool: str = "") -> dict[str, str]:
     """The software a night ran on, by name, from its plan's fingerprint (and the ``tool``
     that planned it, ``ampcert X``): torch, JAX, CUDA, the NVIDIA driver, ampcert, and
-    each command job's commit (``code_jobs``). Names a plan does not record are left out."""
+    each own job's commit (``code_jobs``). Names a plan does not record are left out."""
     def text(value: Any) -> str | None:
         return str(value) if isinstance(value, (str, int, float)) and str(value) else None
 

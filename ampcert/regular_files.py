@@ -1,6 +1,6 @@
 """Opening a file of an untrusted folder: a regular file only, never through a link, never blocked.
 
-A results folder, an MLPerf submission and a command job's run folder may come from
+A results folder, an MLPerf submission and an own job's run folder may come from
 elsewhere or be written by code ampcert does not control. A link in one must not make
 ampcert read what it points to (``result_10.txt -> /etc/os-release``), and a FIFO or a
 device must not hang it (``open`` on a FIFO blocks until a writer comes; ``/dev/zero``

@@ -36,9 +36,9 @@ from ampcert.amp.precision import (  # noqa: F401 - PRECISIONS re-exported for s
     PRECISIONS,
     Precision,
 )
-from ampcert.command import CommandJob, check_templates
 from ampcert.configio import canonical_json, read_yaml, validation_message
 from ampcert.errors import UserError
+from ampcert.own_job.entry import OwnJob, check_templates
 
 AmpImpl = Literal["native", "ampcert"]
 Device = Literal["auto", "cpu", "cuda"]
@@ -292,9 +292,9 @@ class WorkloadEntry(_Strict):
     target: float | None = None
     cwd: str | None = Field(default=None, min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
-    # The variables of ampcert's own environment a command job inherits (unset: all of them).
+    # The variables of ampcert's own environment an own job inherits (unset: all of them).
     inherit_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] | None = None
-    # Where a command job runs on this machine (`cwd` resolved beside the suite file): set by
+    # Where an own job runs on this machine (`cwd` resolved beside the suite file): set by
     # parse_suite, which knows the file; not a suite field.
     _workdir: str | None = PrivateAttr(default=None)
     id: str | None = Field(default=None, pattern=ID_PATTERN, max_length=MAX_ID_LEN)
@@ -491,7 +491,7 @@ class RunSpec(_Strict):
     precision: Precision
     seed: int
     device: Literal["cpu", "cuda"]
-    # ampcert's own training budget; None for a command job, which trains itself.
+    # ampcert's own training budget; None for an own job, which trains itself.
     train: TrainBudget | None
     timeout_s: int
     # Digest of the resolved op policy (amp: ampcert); the id hashes this, not
@@ -528,7 +528,7 @@ class RunSpec(_Strict):
     fp8: Fp8 | None = None
     # A team's own job (a suite entry's `command:`); None for ampcert's workloads.
     # (Written only when set: results of ampcert's own workloads keep their bytes.)
-    command: CommandJob | None = Field(default=None, exclude_if=lambda v: v is None)
+    command: OwnJob | None = Field(default=None, exclude_if=lambda v: v is None)
     # Fault injection (the suite's `inject_slowdown`): each training step held this fraction
     # of its own time longer. (Written only when set, like `command`.)
     injected_slowdown: float = Field(default=0.0, ge=0, le=1, exclude_if=lambda v: not v)
@@ -557,7 +557,7 @@ class RunSpec(_Strict):
 
     @property
     def step_limit(self) -> int | None:
-        """ampcert's step cap for this run; None for a command job (its steps are its own)."""
+        """ampcert's step cap for this run; None for an own job (its steps are its own)."""
         return self.train.step_limit if self.train is not None else None
 
     @property
@@ -745,7 +745,7 @@ def parse_suite(data: Any, source: str = "<suite>") -> Suite:
         raise UserError(validation_message(source, err, data)) from None
     # Before the workloads: a plugin workload that imports the missing framework
     # would otherwise fail with a less useful "does not import".
-    if any(entry.command is None for entry in suite.workloads):  # a command job brings its own
+    if any(entry.command is None for entry in suite.workloads):  # an own job brings its own
         require_backend(suite.backend, source)
         _check_compile_scope(suite, source)
     from ampcert.workloads import registry
@@ -860,11 +860,11 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, 
     runs: list[RunSpec] = []
     for entry in suite.workloads:
         launch = _launch_fields(suite, entry)
-        job: CommandJob | None = None
+        job: OwnJob | None = None
         budget: TrainBudget | None = None
         if entry.command is not None:
             params: dict[str, Any] = {}
-            job = CommandJob(argv=entry.command, env=entry.env, inherit_env=entry.inherit_env, cwd=entry.cwd,
+            job = OwnJob(argv=entry.command, env=entry.env, inherit_env=entry.inherit_env, cwd=entry.cwd,
                              workdir=entry._workdir, metric=entry.metric or "accuracy",
                              higher_is_better=True if entry.higher_is_better is None else entry.higher_is_better,
                              target=entry.target)
@@ -988,9 +988,9 @@ def apply_capabilities(
                 limit = suite.unaccelerated_max_steps
                 assert limit is not None
                 budget = run.train
-                if budget is None:  # a command job: its steps are its own
+                if budget is None:  # an own job: its steps are its own
                     update["capability_note"] += (
-                        "; the suite's `unaccelerated: cap` does not apply to a command job, which sets its own steps"
+                        "; the suite's `unaccelerated: cap` does not apply to an own job, which sets its own steps"
                     )
                 elif budget.step_limit > limit:
                     fields = {"max_steps": limit} if budget.target is not None else {"steps": limit}

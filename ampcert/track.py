@@ -1,6 +1,6 @@
 """Report a training job's results to ampcert from the job itself.
 
-A suite entry can run a team's own training command (a command workload).
+A suite entry can run a team's own training command (an own job).
 ampcert hands the job its settings in ``AMPCERT_*`` environment variables
 and reads back one file, the MLLOG the job writes to ``$AMPCERT_MLLOG``.
 This module writes that file from a plain script::

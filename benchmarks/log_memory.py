@@ -15,7 +15,7 @@ resident memory (``ru_maxrss`` from ``wait4``) is its own:
    Bounds: 60 s and 300 MB. The dense log holds more events than MLPerf's checkers are
    run over (``certify.mlperf.MAX_CHECKED_EVENTS``): its import reports them "not run",
    which is what keeps it in bounds (they took 1.8 GB and 5 minutes over it).
-2. **Reading a 50 MB command-job log** (``ampcert.backends.command.read_log``, what a
+2. **Reading a 50 MB own-job log** (``ampcert.own_job.result.read_log``, what a
    run's result is made from): an ampcert-written MLLOG with an evaluation every 100
    steps and a loss and a throughput event every step. Bound: 200 MB.
 
@@ -114,7 +114,7 @@ def _job_log(dest: Path, size: int) -> None:
     log.close()
 
 
-_READ_JOB_LOG = ("import sys; from pathlib import Path; from ampcert.backends.command import read_log; "
+_READ_JOB_LOG = ("import sys; from pathlib import Path; from ampcert.own_job.result import read_log; "
                  "log = read_log(Path(sys.argv[1])); print(len(log.evals), 'evals,', log.event_count, 'events')")
 
 
@@ -147,7 +147,7 @@ def main() -> None:
             path = work / f"{case.replace(' ', '-')}.mllog"
             _job_log(path, size or 20_000)
             got = _measure([sys.executable, "-c", _READ_JOB_LOG, str(path)])
-            rows.append({"case": f"read a command job's log, {case}", "log_mb": round(path.stat().st_size / 2**20, 1),
+            rows.append({"case": f"read an own job's log, {case}", "log_mb": round(path.stat().st_size / 2**20, 1),
                          **got, "bounds": {"peak_rss_mb": 200}})
     controls = {"import": rows[0]["peak_rss_mb"], "read": rows[3]["peak_rss_mb"]}
     print(f"{'case':44} {'log MB':>7} {'s':>7} {'peak MB':>8} {'over control':>13}  bound   rc")

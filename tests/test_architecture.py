@@ -23,14 +23,16 @@ PACKAGE_DIR = Path(ampcert.__file__).parent
 LAYERS: list[tuple[str, ...]] = [
     ("ampcert", "ampcert.__main__", "ampcert.cli"),      # parse, call one function, print
     ("ampcert.session",),                                # the sequences a command runs
-    ("ampcert.runner", "ampcert.gate", "ampcert.history"),  # execute a plan; compare results; the nightly history
+    ("ampcert.runner", "ampcert.own_job.run", "ampcert.own_job.keeper",  # execute a plan (an own job's too);
+     "ampcert.gate", "ampcert.history"),                 # compare results; the nightly history
     ("ampcert.report",),                                 # report.json/html, signing
     ("ampcert.backends", "ampcert.certify", "ampcert.capacity_planning", "ampcert.memory",  # train one run; verdicts; capacity;
      "ampcert.track", "ampcert.integrations",             # what a team's own job writes (MLLOG, callbacks);
+     "ampcert.own_job.result",                            # an own job's log read into its result;
      "ampcert.published"),                                # published MLPerf results, scored
     ("ampcert.aggregate",),                              # one aggregation per group, for every view
     ("ampcert.results",),                                # RunResult, the results folder
-    ("ampcert.spec", "ampcert.stored_plan", "ampcert.command"),  # suites, the run matrix, command jobs; plan.json
+    ("ampcert.spec", "ampcert.stored_plan", "ampcert.own_job"),  # suites, the run matrix, own jobs' entries; plan.json
     ("ampcert.workloads", "ampcert.telemetry"),          # what is trained; what is measured
     ("ampcert.configio", "ampcert.atomic", "ampcert.resources", "ampcert.errors", "ampcert.mllog",
      "ampcert.envinfo",

@@ -201,7 +201,7 @@ class JaxFramework(loop.TaskData):
         guard = self.scaling.guard
 
         budget = spec.train
-        assert budget is not None, "ampcert trains its own workloads only; a command job trains itself"
+        assert budget is not None, "ampcert trains its own workloads only; an own job trains itself"
         lr_lambda = task.lr_lambda or (lambda _: 1.0)
         self.lr_table = np.asarray([task.base_lr * lr_lambda(k) for k in range(budget.step_limit)], np.float32)
 

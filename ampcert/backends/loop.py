@@ -254,7 +254,7 @@ def log_run_config(log: mllog.MLLogger, spec: RunSpec, batch_size: int, n_train:
     context and expert parallelism are 1; micro_batch_size is the batch one
     rank computes per step (the global batch over the world size)."""
     budget = spec.train
-    assert budget is not None, "ampcert trains its own workloads only; a command job trains itself"
+    assert budget is not None, "ampcert trains its own workloads only; an own job trains itself"
     sub = spec.submission
     platform = sub.platform or _platform_fallback(spec.device)
     for key, value in [

@@ -291,7 +291,7 @@ def train(run: Run, progress: Callable[[dict], None] | None = None) -> TrainOutc
 def _train(run: Run, progress: Callable[[dict], None]) -> TrainOutcome:
     spec, log, tel, fw, features, tally = run.spec, run.log, run.telemetry, run.framework, run.features, run.tally
     budget = spec.train
-    assert budget is not None, "ampcert trains its own workloads only; a command job trains itself"
+    assert budget is not None, "ampcert trains its own workloads only; an own job trains itself"
     limit = budget.step_limit
     metric, higher = run.workload.metric, run.workload.higher_is_better
     loop.log_init_start(log)

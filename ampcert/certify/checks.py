@@ -246,7 +246,7 @@ def check_determinism(rule: R.Determinism, g: _Group) -> Verdict | None:
             unjudged.append(f"seed {rep.spec.seed}: the run and its repeat both {orig.status}")
             continue
         elif orig.status == "completed" and orig.spec.command is not None:
-            # A command job reports no loss, weights or determinism settings: its
+            # An own job reports no loss, weights or determinism settings: its
             # evaluations, value by value, are what a repeat can be held to.
             a, b = [e.value for e in orig.evals], [e.value for e in rep.evals]
             first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
@@ -276,7 +276,7 @@ def check_determinism(rule: R.Determinism, g: _Group) -> Verdict | None:
         return _verdict(rule, g, Status.INCONCLUSIVE, "repeats found, but not of a seed that ran once normally")
     if all(r.spec.command is not None for r in repeats):
         return _verdict(rule, g, Status.PASS, f"{len(compared)} repeated run(s): the job's evaluations identical "
-                        "bit for bit (a command job reports no loss or weights to compare)", compared=compared)
+                        "bit for bit (an own job reports no loss or weights to compare)", compared=compared)
     return _verdict(rule, g, Status.PASS, f"{len(compared)} repeated run(s): loss trajectories and final-weight "
                     "digests identical bit for bit", compared=compared)
 
@@ -291,7 +291,7 @@ def check_seed_spread(rule: R.SeedSpread, g: _Group) -> Verdict | None:
     values = {r.spec.seed: cast(float, r.final_metric) for r in done}
     spread = max(values.values()) - min(values.values())
     # What shows that the seed reaches the run: the final weights' digest, or, for a
-    # command job (which reports none), its whole series of evaluations.
+    # own job (which reports none), its whole series of evaluations.
     outputs = {r.weights_sha256 if r.weights_sha256 is not None else tuple(e.value for e in r.evals)
                for r in done}
     if len(outputs) == 1:
@@ -362,7 +362,7 @@ def check_nonfinite_loss(rule: R.NonFiniteLoss, g: _Group) -> Verdict | None:
         return _verdict(rule, g, Status.INCONCLUSIVE, "no completed run" + (f"; failures: {other[0]['reason']}"
                                                                     if other else ""), failed_runs=other)
     if all(r.spec.command is not None for r in done):
-        # A command job logs no loss: what it does log, its evaluations, must be finite.
+        # An own job logs no loss: what it does log, its evaluations, must be finite.
         bad = {r.run_id: sum(1 for e in r.evals if not math.isfinite(e.value)) for r in done}
         worst = max(bad, key=bad.__getitem__)
         status = Status.PASS if bad[worst] == 0 else Status.FAIL

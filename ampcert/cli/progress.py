@@ -66,7 +66,7 @@ class RunProgress:
             self.run_tasks[event["run_id"]] = self.progress.add_task(f"  {event['run_id']}{where}",
                                                                      total=event["limit"])
         elif kind == "step" and event["run_id"] in self.run_tasks:
-            # A command job's events carry no loss (its log reports evaluations only).
+            # An own job's events carry no loss (its log reports evaluations only).
             loss = f" loss {event['loss']:.4g}" if event.get("loss") is not None else ""
             desc = f"  {event['run_id']}{loss} metric {event['metric']:.4g}"
             self.progress.update(self.run_tasks[event["run_id"]], completed=event["step"], total=event["limit"],
@@ -82,7 +82,7 @@ class RunProgress:
             line = f"[{result.status}] {result.run_id}"
             if result.status == "completed":
                 done = (f"{result.train_samples} samples" if result.spec.command is not None
-                        else f"{result.steps} steps")  # a command job's steps are its own
+                        else f"{result.steps} steps")  # an own job's steps are its own
                 line += f": {result.metric} {result.final_metric:.4g} after {done}"
                 if result.wall_s is not None:
                     line += f", {result.wall_s:.1f} s"

@@ -43,7 +43,7 @@ def _one(values: set[str]) -> str | None:
 
 def stack(runs: list[RunResult], plan_environment: dict | None = None, plan_code: dict | None = None) -> dict[str, str]:
     """The software a side ran on, by name: torch, CUDA, the NVIDIA driver, ampcert, and
-    each command job's commit (several values joined where the runs differ)."""
+    each own job's commit (several values joined where the runs differ)."""
     env = [r.environment or {} for r in runs if r.status == "completed"]
     gpu = (plan_environment or {}).get("gpu") or {}
     found: dict[str, str | None] = {

@@ -155,7 +155,7 @@ def read_night(folder: str | Path, machine: str | None = None) -> Night:
         raise UserError(f"{root}: no run results to record")
     raw = rd.plan_file.read_bytes()
     fingerprint: dict[str, Any] = dict(plan.environment or {})
-    if plan.code and isinstance(plan.code.get("jobs"), dict):  # each command job's commit, for the gate's notes
+    if plan.code and isinstance(plan.code.get("jobs"), dict):  # each own job's commit, for the gate's notes
         fingerprint["code_jobs"] = plan.code["jobs"]
     certificate = None
     verdicts: list[VerdictRecord] = []

@@ -269,7 +269,7 @@ def iter_events(lines: Iterable[str], source: str, *, in_order: bool = True,
     Strict by default: the first line that is not a whole event (or goes back in time)
     raises. With ``on_bad``, the tolerant mode, that line's :class:`LogError` is handed to
     it and the line skipped: for a checker that reports every bad line (``ampcert check``)
-    and for the tail of a log still being written (a command job's progress).
+    and for the tail of a log still being written (an own job's progress).
 
     ``power_log``: an MLPerf power log, read as MLPerf's result summarizer reads one (its
     events need a key and a numeric time; any event_type, SMC's own included; a metadata

@@ -179,7 +179,7 @@ def measured_rows(folder: Path, rs: ResultSet, benchmark: str, pricing: Pricing,
         if not accelerators:
             notes.append("no accelerator-hours: trained on a CPU")
         elif first.spec.command is not None and first.spec.launcher == "process":
-            notes.append("accelerators: 1 GPU counted per run (a command job's own launcher may use more; "
+            notes.append("accelerators: 1 GPU counted per run (an own job's own launcher may use more; "
                          "ampcert does not know how many)")
         row: dict[str, Any] = {
             "source": "measured", "name": f"{folder.name}: {subject}", "folder": shown(folder), "benchmark": benchmark,

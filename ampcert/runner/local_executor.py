@@ -223,12 +223,12 @@ def _process_entry(spec_json: str, root: str, events, spawned: float, orchestrat
 
 
 def local_run(spec: RunSpec, root: Path) -> RunningRun:
-    """One run on this machine, not started: a command job, torchrun's ranks for
+    """One run on this machine, not started: an own job, torchrun's ranks for
     ``launcher: torchrun``, else a worker."""
     if spec.command is not None:  # a team's own job, run and read by ampcert
-        from ampcert.runner.command_run import CommandRun
+        from ampcert.own_job.run import OwnJobRun
 
-        return CommandRun(spec, root)
+        return OwnJobRun(spec, root)
     if spec.launcher == "torchrun":  # data-parallel ranks under torch.distributed.run
         from ampcert.runner.torchrun import TorchrunRun
 
@@ -255,7 +255,7 @@ class LocalExecutor:
         backends = {s.backend for s in runs if not s.skip_reason and s.command is None}
         for backend in sorted(backends):
             require_backend(backend, str(self.root))
-        if backends:  # command jobs start their own programs, never a worker
+        if backends:  # own jobs start their own programs, never a worker
             _mp_context(backends)
 
     def submit(self, specs: Sequence[RunSpec], cpus_per_run: int) -> list[Any]:

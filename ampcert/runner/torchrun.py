@@ -68,7 +68,7 @@ def command(spec: RunSpec, spec_file: Path, root: Path, channel: Path, *,
 
 class Tail:
     """Complete JSON lines appended to a file since the last read (a line still being
-    written waits for the next read). Also the command job's MLLOG tail."""
+    written waits for the next read). Also the own job's MLLOG tail."""
 
     def __init__(self, path: Path):
         self.path = path

@@ -269,7 +269,7 @@ class TreeStats:
 
     def __init__(self, root: int, *, count_root: bool = True) -> None:
         self.root = root
-        # False: ``root`` is the job's keeper (runner/job_keeper.py), not the job's own
+        # False: ``root`` is the job's keeper (own_job/keeper.py), not the job's own
         # memory or CPU time, and is left out of the sums (its tree is still the job's).
         self.count_root = count_root
         self._page = os.sysconf("SC_PAGE_SIZE")

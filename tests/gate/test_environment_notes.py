@@ -1,5 +1,5 @@
 """`compare` names the software each side ran on where it differs (torch, CUDA, driver,
-ampcert, each command job's commit), beside its verdict. Synthetic results."""
+ampcert, each own job's commit), beside its verdict. Synthetic results."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The shipped own-job examples, certified as users run them: real HF Trainer, Lightning and
-mlperf_logging jobs as command workloads (examples/own_job/suite.yaml as shipped: fp32 and
+mlperf_logging jobs as own jobs (examples/own_job/suite.yaml as shipped: fp32 and
 bf16 x 3 seeds and a repeat, the default rule pack), signed and verified from the command line.
 
 The suite is the slowest thing here: 24 jobs, each a fresh interpreter that spent most of its
@@ -81,7 +81,7 @@ def own_job_zygote() -> Iterator[SimpleNamespace]:
 def ampcert_here(*args: object, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``ampcert ARGS`` through the entry point in this process, as conftest's ``cli_here``
     (which a module's fixture cannot use), with ``env`` laid over os.environ (what a
-    command job is started with)."""
+    own job is started with)."""
     from ampcert.cli import main
 
     argv = ["ampcert", *map(str, args)]

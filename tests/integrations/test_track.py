@@ -1,4 +1,4 @@
-"""ampcert.track: the MLLOG a plain script writes for a command workload."""
+"""ampcert.track: the MLLOG a plain script writes for an own job."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Command workloads: a team's own job run by ampcert, read from the MLLOG it writes.
+"""Own jobs: a team's own job run by ampcert, read from the MLLOG it writes.
 
 Real jobs (small Python scripts written by each test), real process trees, the
 real local executor and the real MLLOG writer of MLPerf (mlperf_logging.mllog).
@@ -345,7 +345,7 @@ def test_a_jobs_output_is_kept_as_its_last_bytes_with_a_line_saying_what_was_dro
     """The keeper copies the job's stdout and stderr into the run's files, keeping the last CAP
     bytes of each (OUTPUT_TAIL_BYTES in a run; a small CAP here): a job that writes without end
     costs bounded disk, and the end of its output, where it says how it ended, is kept."""
-    from ampcert.runner.command_run import KEEPER
+    from ampcert.own_job.run import KEEPER
 
     cap = 10_000
     job = ("import sys\n"

@@ -1,4 +1,4 @@
-"""A command job's MLLOG as a run's result: the same fields ampcert's own loop fills in.
+"""An own job's MLLOG as a run's result: the same fields ampcert's own loop fills in.
 
 ampcert did not train the job, so what it knows comes from the log the job
 wrote (MLPerf's format, read strictly by :mod:`ampcert.mllog.reader`) and

@@ -1,11 +1,11 @@
-"""A command workload in flight: a team's own training job, run, watched and read.
+"""An own job in flight: a team's own training job, run, watched and read.
 
 The local executor's contract, as for a worker process and for torchrun
 (:class:`~ampcert.runner.local_executor.RunningRun`), so every executor runs
-command jobs (on a Ray or Slurm node, the node's own local executor does):
+own jobs (on a Ray or Slurm node, the node's own local executor does):
 
 - **start**: the argv and ``env`` rendered with the run's fields
-  (:mod:`ampcert.command`), the job started in a session (process group) of
+  (:mod:`ampcert.own_job.entry`), the job started in a session (process group) of
   its own, in its ``cwd``, with ``AMPCERT_*`` variables and, on a CPU run,
   no GPU; its stdout and stderr go to ``runs/<id>/stdout.txt`` and
   ``stderr.txt``, of which the last :data:`OUTPUT_TAIL_BYTES` each are kept
@@ -20,13 +20,13 @@ command jobs (on a Ray or Slurm node, the node's own local executor does):
   ended: SIGTERM, two seconds' grace, SIGKILL).
 - **finish**: processes the job left behind are ended, and make the run
   fail; then its log is read strictly (:mod:`ampcert.mllog.reader`) into the
-  result (:func:`ampcert.backends.command.outcome`), or the run fails with
+  result (:func:`ampcert.own_job.result.outcome`), or the run fails with
   the one reason: the command not found, a non-zero exit (with the last
   line of its stderr), no log, a log cut short, no run_stop, a timeout.
 - **stop** (ampcert interrupted): the tree is ended, the run stays pending
   without a result, and ``--resume`` reruns it.
 
-On Linux the job runs under its keeper (:mod:`ampcert.runner.job_keeper`), the
+On Linux the job runs under its keeper (:mod:`ampcert.own_job.keeper`), the
 child subreaper of everything the job starts: a process that leaves the job's
 session *and* its tree (a daemon that double-forks and calls setsid) is
 reparented to the keeper, not to init, and ended with the run, which fails
@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from ampcert import mllog
-from ampcert.command import job_environment, job_values, render
 from ampcert.mllog.reader import LogEvent, iter_events
+from ampcert.own_job.entry import job_environment, job_values, render
 from ampcert.results import FailureKind, ResultsDir, RunResult, atomic_write_json, read_regular_file
 from ampcert.runner import signals
 from ampcert.runner.code_identity import job_source
@@ -63,7 +63,7 @@ OUTPUT_TAIL_BYTES = 8 << 20
 # Seconds between SIGTERM and SIGKILL when a job is ended.
 GRACE_S = 2.0
 # The job's keeper (a script run by a bare interpreter) and what it writes in the run's folder.
-KEEPER = Path(__file__).with_name("job_keeper.py")
+KEEPER = Path(__file__).with_name("keeper.py")
 KEEPER_NAME = "keeper.json"
 # The telemetry phase each MLLOG interval event begins.
 _PHASE_AFTER = {mllog.RUN_START: "train", mllog.EVAL_START: "eval", mllog.EVAL_STOP: "train", mllog.RUN_STOP: "done"}
@@ -102,8 +102,8 @@ class _Tree:
         end_tree(self.pid, grace_s=0.0)
 
 
-class CommandRun:
-    """One command job in flight (see the module docstring)."""
+class OwnJobRun:
+    """One own job in flight (see the module docstring)."""
 
     def __init__(self, spec: RunSpec, root: Path):
         assert spec.command is not None, "a command entry's run"
@@ -179,7 +179,7 @@ class CommandRun:
         return False
 
     def finish(self) -> RunResult:
-        from ampcert.backends import command as reading
+        from ampcert.own_job import result as reading
         from ampcert.runner.worker import now_iso
 
         spec, rd = self.spec, self.rd

@@ -1,6 +1,6 @@
 """A team's own training job as a suite entry: ``command:`` and what it is told.
 
-A command workload is an argv list, run once per cell of the matrix
+An own job is an argv list, run once per cell of the matrix
 (precision x seed x repeat) in a process group of its own. ampcert does not
 train it; it tells the job what to run as template fields and environment
 variables, samples telemetry around it, and reads the MLLOG the job writes
@@ -22,8 +22,8 @@ refused at planning, with one line, before anything runs.
 
 This module is the spec layer's part: the entry's model, the template
 fields, and their rendering. Running the job is
-:mod:`ampcert.runner.command_run`; reading its log into a result is
-:mod:`ampcert.backends.command`.
+:mod:`ampcert.own_job.run`; reading its log into a result is
+:mod:`ampcert.own_job.result`.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ ENV_PREFIX = "AMPCERT_"
 # workdir (cwd resolved beside the suite file) says where it ran on this machine, so it does
 # not (moving a checkout keeps the ids). (No docstring: pydantic would write it into
 # report.v1.schema.json.)
-class CommandJob(BaseModel):
+class OwnJob(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     argv: list[str] = Field(min_length=1)
@@ -114,7 +114,7 @@ def job_values(*, precision: str, seed: int, amp: str, run_dir: Path, mllog: Pat
             "label": label, "python": sys.executable}
 
 
-def job_environment(base: dict[str, str], job: CommandJob, values: dict[str, str]) -> dict[str, str]:
+def job_environment(base: dict[str, str], job: OwnJob, values: dict[str, str]) -> dict[str, str]:
     """The job's environment: ``base`` (ampcert's: all of it, or only the variables the
     entry's ``inherit_env`` names), every field as ``AMPCERT_<FIELD>``, then the entry's
     own ``env`` (rendered), which wins."""

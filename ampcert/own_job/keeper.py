@@ -1,6 +1,6 @@
-"""The keeper of a command job's processes: every process the job starts ends with the run.
+"""The keeper of an own job's processes: every process the job starts ends with the run.
 
-ampcert starts a command job through this script (Linux), as a container starts its
+ampcert starts an own job through this script (Linux), as a container starts its
 command through an init (tini, dumb-init): the keeper makes itself the *child
 subreaper* of everything below it (``prctl(PR_SET_CHILD_SUBREAPER)``), starts the
 job, and waits for it. A process the job leaves behind, however it left (a daemon
@@ -22,7 +22,7 @@ for a moment.
 
 Run as a script, with no ampcert import (its start is a bare interpreter's):
 
-    python -I -S job_keeper.py STATUS GRACE_S CAP -- ARGV...
+    python -I -S keeper.py STATUS GRACE_S CAP -- ARGV...
 
 Where the kernel refuses a subreaper, the keeper still starts the job, bounds its output
 and waits for it, but cannot find what it leaves behind, and says so in STATUS.
@@ -155,7 +155,7 @@ def _pump(source: int, tail: BoundedTail) -> None:
 
 def main(argv: list[str]) -> int:
     status_path, grace_s, cap, sep, *command = argv
-    assert sep == "--" and command, "usage: job_keeper.py STATUS GRACE_S CAP -- ARGV..."
+    assert sep == "--" and command, "usage: keeper.py STATUS GRACE_S CAP -- ARGV..."
     libc = ctypes.CDLL(None, use_errno=True)
     subreaper = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     record: dict = {"subreaper": subreaper}
