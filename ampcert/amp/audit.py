@@ -51,7 +51,7 @@ from .audit_samples import (
     load_samples,
     read_data,
 )
-from .policy import FAMILIES, OpPolicy, load_policy, shipped_policy
+from .policy import FAMILIES, Family, OpPolicy, load_policy, shipped_policy
 from .torch.autocast import autocast
 from .torch.kernels import KNOWN_DIVERGENCES, NATIVE_REFERENCE
 from .torch.op_names import OP_TORCH_VERSIONS, op_in_torch, torch_version
@@ -284,12 +284,12 @@ def audit_op(op: str, family: str, device_type: str, policy: OpPolicy, dtype: to
                     problems.append(f"{tag} values differ beyond tolerance (nondeterministic op)")
                 else:
                     problems.append(f"{tag} values differ")
-    if family != "banned" and all(p.split(">", 1)[1].startswith("err") for p in nat_parts):
+    if family != Family.BANNED and all(p.split(">", 1)[1].startswith("err") for p in nat_parts):
         if family == "none" and not problems:
             infos.append("raises natively in every scenario on this device")
         else:
             problems.append("native raises in every scenario: sample inputs unusable on this device")
-    elif family == "banned" and not all(p.split(">", 1)[1].startswith("err") for p in amp_parts):
+    elif family == Family.BANNED and not all(p.split(">", 1)[1].startswith("err") for p in amp_parts):
         problems.append("banned op did not raise under ampcert")
     return AuditRow(op, family, " ".join(amp_parts), " ".join(nat_parts), not problems,
                     "; ".join(problems or infos))

@@ -54,6 +54,7 @@ policy, never the reverse.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -69,6 +70,7 @@ from .yamlio import load_yaml
 
 __all__ = [
     "FAMILIES",
+    "Family",
     "OpPolicy",
     "PolicyError",
     "POLICY_DIR",
@@ -77,8 +79,20 @@ __all__ = [
     "shipped_policy_names",
 ]
 
+class Family(enum.StrEnum):
+    """An op family, valued by its name in policy files. A ``str``: a family compares,
+    hashes, prints and serialises as that name, so digests, reports and YAML are as
+    they were; code dispatches on the members."""
+
+    LOWER_PRECISION = "lower_precision"
+    FP32 = "fp32"
+    FP32_WITH_DTYPE = "fp32_with_dtype"
+    PROMOTE = "promote"
+    BANNED = "banned"
+
+
 #: The cast families, in the order they appear in YAML files and reports.
-FAMILIES: tuple[str, ...] = ("lower_precision", "fp32", "fp32_with_dtype", "promote", "banned")
+FAMILIES: tuple[Family, ...] = tuple(Family)
 
 #: Directory holding the shipped policies (``torch-cpu.yaml``, ``torch-cuda.yaml``), read as
 #: package data so that an installed wheel finds them wherever it runs. (Only the data of the
@@ -116,7 +130,7 @@ class OpPolicy:
 
     name: str
     device_type: str
-    ops: Mapping[str, str]
+    ops: Mapping[str, Family]  # given as family names (str) or members; kept as members
     source: Path | None = None
     sha256: str = ""
     description: str = ""
@@ -132,12 +146,13 @@ class OpPolicy:
     accumulate_fp32: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        ops = dict(self.ops)
-        for op, fam in ops.items():
+        ops: dict[str, Family] = {}
+        for op, fam in dict(self.ops).items():
             if fam not in FAMILIES:
                 raise PolicyError(
-                    f"{self.name}: ops.{op}: expected a family in {list(FAMILIES)}, got {fam!r}"
+                    f"{self.name}: ops.{op}: expected a family in {[f.value for f in FAMILIES]}, got {fam!r}"
                 )
+            ops[op] = Family(fam)
         object.__setattr__(self, "ops", MappingProxyType(dict(sorted(ops.items()))))
         object.__setattr__(self, "uncast_if_mixed", frozenset(o for o in self.uncast_if_mixed if o in ops))
         object.__setattr__(self, "accumulate_fp32", frozenset(o for o in self.accumulate_fp32 if o in ops))
@@ -150,17 +165,17 @@ class OpPolicy:
         return hash((self.name, self.framework, self.device_type, self.effective_sha256))
 
     # -- queries ---------------------------------------------------------------
-    def family(self, op: str) -> str | None:
+    def family(self, op: str) -> Family | None:
         """The family of ``op``, or None when the op runs untouched."""
         return self.ops.get(op)
 
-    def ops_in(self, family: str) -> tuple[str, ...]:
+    def ops_in(self, family: Family | str) -> tuple[str, ...]:
         if family not in FAMILIES:
-            raise KeyError(f"unknown family {family!r}; expected one of {list(FAMILIES)}")
+            raise KeyError(f"unknown family {family!r}; expected one of {[f.value for f in FAMILIES]}")
         return tuple(op for op, fam in self.ops.items() if fam == family)
 
     @property
-    def families(self) -> dict[str, tuple[str, ...]]:
+    def families(self) -> dict[Family, tuple[str, ...]]:
         """Family -> sorted op names (every family present, possibly empty)."""
         return {fam: self.ops_in(fam) for fam in FAMILIES}
 
@@ -359,7 +374,7 @@ def _load_file(path: Path, chain: tuple[Path, ...]) -> OpPolicy:
             f"{where}: device_type: expected {base.device_type!r} (the device_type of {extends!r}), got {device_type!r}"
         )
 
-    ops: dict[str, str] = dict(base.ops) if base else {}
+    ops: dict[str, Family] = dict(base.ops) if base else {}
 
     families = doc.get("families")
     if families is None:
@@ -372,7 +387,7 @@ def _load_file(path: Path, chain: tuple[Path, ...]) -> OpPolicy:
     known = _known_ops(framework)
     for fam, op_list in families.items():
         if fam not in FAMILIES:
-            raise PolicyError(f"{where}: families.{fam}: expected a family in {list(FAMILIES)}, got unknown family {fam!r}")
+            raise PolicyError(f"{where}: families.{fam}: expected a family in {[f.value for f in FAMILIES]}, got unknown family {fam!r}")
         if op_list is None:
             op_list = []
         if not isinstance(op_list, list):
@@ -389,7 +404,7 @@ def _load_file(path: Path, chain: tuple[Path, ...]) -> OpPolicy:
                 )
             seen[op] = fam
     for op, fam in seen.items():
-        ops[op] = fam
+        ops[op] = Family(fam)
 
     overrides = doc.get("overrides")
     if overrides is not None:
@@ -470,7 +485,8 @@ def _check_name(policy: OpPolicy, path: Path, where: str) -> None:
 
 
 def _apply_overrides(
-    ops: dict[str, str], overrides: Mapping[str, Any], where: str, field_root: str, known: frozenset[str] | None = None
+    ops: dict[str, Family], overrides: Mapping[str, Any], where: str, field_root: str,
+    known: frozenset[str] | None = None,
 ) -> None:
     known = known if known is not None else _known_ops()
     for op, fam in overrides.items():
@@ -480,12 +496,12 @@ def _apply_overrides(
             fam = _REMOVE
         if not isinstance(fam, str) or (fam not in FAMILIES and fam != _REMOVE):
             raise PolicyError(
-                f"{where}: {field_name}: expected a family in {[*FAMILIES, _REMOVE]}, got {fam!r}"
+                f"{where}: {field_name}: expected a family in {[*(f.value for f in FAMILIES), _REMOVE]}, got {fam!r}"
             )
         if fam == _REMOVE:
             ops.pop(op, None)
         else:
-            ops[op] = fam
+            ops[op] = Family(fam)
 
 
 def _check_op(op: Any, where: str, field_name: str, known: frozenset[str]) -> None:

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..policy import OpPolicy
+from ..policy import Family, OpPolicy
 from .autocast import autocast, iter_eqns, jax_policy
 from .primitives import REGION_KINDS
 
@@ -107,9 +107,9 @@ class JaxAuditRow:
 
 def _expected(family: str | None, ins: Sequence[np.dtype], low: np.dtype) -> str:
     floats = [np.dtype(d) for d in ins]
-    if family == "lower_precision":
+    if family == Family.LOWER_PRECISION:
         return _short(low)
-    if family == "fp32":
+    if family == Family.FP32:
         return "f32"
     return _short(jnp.result_type(*floats)) if floats else "-"
 

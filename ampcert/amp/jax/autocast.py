@@ -75,7 +75,7 @@ from jax import lax
 from jax.extend import linear_util as lu
 from jax.extend.core import ClosedJaxpr, Jaxpr, Literal, jaxpr_as_fun, jaxprs_in_params
 
-from ..policy import OpPolicy, PolicyError, load_policy, shipped_policy
+from ..policy import Family, OpPolicy, PolicyError, load_policy, shipped_policy
 from ..precision import AUTOCAST_PRECISIONS, LOW_PRECISIONS, dtype_name
 from .compat import Region, eqn_context, region_for
 from .primitives import SAME_DTYPE
@@ -241,22 +241,22 @@ class _Rewriter:
         name = eqn.primitive.name
         family = self.policy.family(name)
         dts = [_dtype(x) for x in invals]
-        if family == "banned":
+        if family is Family.BANNED:
             raise TypeError(f"{name} is banned inside ampcert's JAX autocast by policy {self.policy.name!r}")
-        if family == "lower_precision":
+        if family is Family.LOWER_PRECISION:
             if any(d in _CASTABLE for d in dts) and not any(d == np.float64 for d in dts):
                 self.report.cast["lower_precision"] += 1
                 low = [_cast(x, self.low) if d in _CASTABLE else x for x, d in zip(invals, dts, strict=True)]
                 return self._lower_precision(eqn, low)
             return self._bind(eqn, invals)
-        if family == "fp32":
+        if family is Family.FP32:
             if any(d in _CASTABLE and d != _F32 for d in dts):
                 self.report.cast["fp32"] += 1
                 invals = [_cast(x, _F32) if d in _CASTABLE else x for x, d in zip(invals, dts, strict=True)]
             return self._bind(eqn, invals)
         floats = [d for d in dts if _is_float(d)]
         mixed = len(set(floats)) > 1
-        if family == "promote" or (mixed and name in SAME_DTYPE):
+        if family is Family.PROMOTE or (mixed and name in SAME_DTYPE):
             if mixed:
                 self.report.cast["promote"] += 1
                 invals = self._unify(invals, dts, weak_in)

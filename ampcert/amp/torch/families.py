@@ -3,7 +3,7 @@
 Why
 ---
 An :class:`~ampcert.amp.policy.OpPolicy` puts every op it names in one family
-(the strings of :data:`~ampcert.amp.policy.FAMILIES`). Native ``torch.autocast``
+(a :class:`~ampcert.amp.policy.Family`, the policy file's names). Native ``torch.autocast``
 has the same idea in C++, its ``CastPolicy`` (``aten/src/ATen/autocast_mode.h``);
 here each family is a :class:`Family` member, and :data:`HANDLERS` maps each to a
 small function that decides what a call of one of its ops is cast to:
@@ -48,13 +48,12 @@ Imports torch, the standard library and :mod:`.policy`.
 
 from __future__ import annotations
 
-import enum
 import itertools
 from collections.abc import Callable, Iterator
 
 import torch
 
-from ..policy import OpPolicy
+from ..policy import Family, OpPolicy
 
 __all__ = [
     "BCE_BANNED_MESSAGE",
@@ -78,16 +77,6 @@ BCE_BANNED_MESSAGE = (
     "or torch.nn.BCEWithLogitsLoss.  binary_cross_entropy_with_logits and BCEWithLogits are "
     "safe to autocast."
 )
-
-
-class Family(enum.Enum):
-    """An op family, valued by its name in policy files."""
-
-    LOWER_PRECISION = "lower_precision"
-    FP32 = "fp32"
-    FP32_WITH_DTYPE = "fp32_with_dtype"
-    PROMOTE = "promote"
-    BANNED = "banned"
 
 
 # ---------------------------------------------------------------------------
@@ -248,7 +237,7 @@ class Region:
         self.device_type = device_type
         self.dtype = dtype
         self.policy = policy
-        self.families: dict[str, Family] = {op: Family(fam) for op, fam in policy.ops.items()}
+        self.families: dict[str, Family] = dict(policy.ops)
         self.handlers: dict[str, Handler] = {
             op: set_opt_dtype if fam is Family.FP32_WITH_DTYPE and takes_dtype(op) else HANDLERS[fam]
             for op, fam in self.families.items()}

@@ -90,7 +90,7 @@ def read_reference() -> tuple[dict[str, dict[str, tuple[str, ...]]], dict[str, d
     for dev, fams in native.items():
         if set(fams) != set(FAMILIES) or not all(isinstance(op, str) for ops in fams.values() for op in ops):
             raise SampleError(f"{where}: native_reference.{dev}: expected op-name lists for the families "
-                              f"{list(FAMILIES)}, got {sorted(fams)}")
+                              f"{[f.value for f in FAMILIES]}, got {sorted(fams)}")
     return native, known
 
 
@@ -278,7 +278,7 @@ class Kernels:
         region = self._native_regions.get(dtype)
         if region is None:
             policy = OpPolicy(name="native", device_type=self.device_type,
-                              ops={op: fam.value for op, fam in self.native.items()})
+                              ops=dict(self.native))
             region = self._native_regions[dtype] = Region(self.device_type, dtype, policy, True, False)
         return region
 
