@@ -456,9 +456,9 @@ class Suite(_Strict):
             raise ValueError(f"`inject_slowdown` names {unknown[0]}, which no entry trains "
                              f"(the suite trains {', '.join(sorted(trained))})")
 
-    def slowdown_of(self, precision: str) -> float:
+    def slowdown_of(self, precision: Precision) -> float:
         """The fraction a run of ``precision`` is slowed by on purpose (0: not at all)."""
-        return self.inject_slowdown.get(precision, self.inject_slowdown.get("all", 0.0))  # type: ignore[call-overload]
+        return self.inject_slowdown.get(precision, self.inject_slowdown.get("all", 0.0))
 
     def launcher_of(self, entry: WorkloadEntry) -> str:
         return entry.launcher or self.launcher

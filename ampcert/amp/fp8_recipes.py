@@ -43,6 +43,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from .precision import Precision
+
 Granularity = Literal["tensorwise", "rowwise", "block", "none"]
 Format = Literal["e4m3", "e5m2", "hp"]  # "hp": not cast, the matmul runs in high precision
 
@@ -100,7 +102,7 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
-def recipe_for(precision: str, fp8_recipe: str = "tensorwise") -> Recipe:
+def recipe_for(precision: Precision, fp8_recipe: str = "tensorwise") -> Recipe:
     """The recipe a run of ``precision`` trains with: ``mxfp8`` has one, ``fp8``
     the suite's ``fp8.recipe``."""
     if precision == "mxfp8":

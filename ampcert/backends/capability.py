@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ampcert.amp.precision import FP8_PRECISIONS, REFERENCE, dtype_name
+from ampcert.amp.precision import FP8_PRECISIONS, REFERENCE, Precision, dtype_name
 from ampcert.resources import config_path
 
 SPEEDUP_THRESHOLD = 1.1
@@ -127,7 +127,7 @@ def probe(device: str, precisions: list[str], backend: str = "torch") -> dict[st
     return out
 
 
-def _fp8_capability(precision: str, device: str, fp32_flops: float) -> dict[str, Any]:
+def _fp8_capability(precision: Precision, device: str, fp32_flops: float) -> dict[str, Any]:
     """FP8 is not timed like a dtype: a device has FP8 tensor cores (compute
     capability >= 8.9; MX blocks >= 10.0) or the run emulates the casts with
     fp32 matmuls, and an emulated run's speed says nothing about FP8."""
@@ -149,7 +149,7 @@ def _fp8_capability(precision: str, device: str, fp32_flops: float) -> dict[str,
 _CPU_UNITS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
 
 
-def _missing_cpu_units(precision: str) -> list[str] | None:
+def _missing_cpu_units(precision: Precision) -> list[str] | None:
     """The instructions of ``precision`` when the CPU reports its flags and has none of
     them; None when it has one, or when the flags cannot be read (then the timing decides)."""
     from ampcert.envinfo import cpu_info

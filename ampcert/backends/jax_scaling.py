@@ -21,6 +21,7 @@ from typing import Any
 import jax
 
 from ampcert.amp.jax import DynamicLossScale, all_finite, select_tree
+from ampcert.amp.precision import Precision
 from ampcert.backends import loop
 
 
@@ -90,6 +91,6 @@ class DynamicScaling(loop.DynamicLossScaling):
         return self._scales, self._skipped
 
 
-def for_run(precision: str, loss_scaling: bool) -> NoScaling | DynamicScaling:
+def for_run(precision: Precision, loss_scaling: bool) -> NoScaling | DynamicScaling:
     """Dynamic loss scaling for fp16 (unless the entry turned it off), none otherwise."""
     return DynamicScaling() if precision == "fp16" and loss_scaling else NoScaling()

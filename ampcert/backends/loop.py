@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ampcert import mllog
+from ampcert.amp.precision import Precision
 from ampcert.backends.contract import (
     LossNotFinite,
     RunFailed,
@@ -413,7 +414,7 @@ class NoLossScaling:
     ``loss_scale`` and ``skipped_steps`` are None). Each backend's no-op
     scaler derives from it and passes the loss and the step through."""
 
-    def check_window(self, finite: Sequence[bool], step: int, precision: str) -> None:
+    def check_window(self, finite: Sequence[bool], step: int, precision: Precision) -> None:
         """Raise :class:`LossNotFinite` if the window of losses ending at ``step`` may not go on."""
         if not all(finite):
             bad = step - len(finite) + 1 + list(finite).index(False)
@@ -437,7 +438,7 @@ class DynamicLossScaling(NoLossScaling):
         """The scale after each step so far, and the (1-based) steps it skipped."""
         raise NotImplementedError
 
-    def check_window(self, finite: Sequence[bool], step: int, precision: str) -> None:
+    def check_window(self, finite: Sequence[bool], step: int, precision: Precision) -> None:
         if not any(finite):
             raise LossNotFinite(f"loss non-finite for all {len(finite)} steps up to step {step} despite loss scaling")
 

@@ -22,7 +22,7 @@ import torch
 
 from ampcert.amp.fp8_recipes import Recipe, recipe_for
 from ampcert.amp.fp8_screen import EligibilityRecorder
-from ampcert.amp.precision import FP8_BASE, dtype_name
+from ampcert.amp.precision import FP8_BASE, Precision, dtype_name
 from ampcert.amp.torch.fp8 import (
     LayerPlan,
     LayerPolicy,
@@ -46,7 +46,7 @@ def torchao_installed() -> bool:
     return importlib.util.find_spec("torchao") is not None
 
 
-def check_layers(model: torch.nn.Module, precision: str, cfg: Fp8, where: str) -> list[LayerPlan]:
+def check_layers(model: torch.nn.Module, precision: Precision, cfg: Fp8, where: str) -> list[LayerPlan]:
     """The layer plan, or the one-line UserError naming the layer the policy
     cannot convert (planning calls this, so a bad policy exits 2 before any run)."""
     try:
@@ -107,7 +107,7 @@ def _torchao_version() -> str:
     return str(getattr(torchao, "__version__", "?"))
 
 
-def _torchao_real(precision: str) -> bool:
+def _torchao_real(precision: Precision) -> bool:
     major, minor = torch.cuda.get_device_capability()
     return (major, minor) >= ((10, 0) if precision == "mxfp8" else (8, 9))
 
@@ -209,7 +209,7 @@ class Screen:
     layers: list[dict[str, Any]]
 
 
-def screen(workload_name: str, params: dict[str, Any], precision: str, cfg: Fp8, *, steps: int = 3,
+def screen(workload_name: str, params: dict[str, Any], precision: Precision, cfg: Fp8, *, steps: int = 3,
            seed: int = 0, device: str = "cpu") -> Screen:
     """Train ``steps`` steps of the workload as an fp8/mxfp8 run would (the
     policy's layers converted, bf16 autocast around them, every step recorded)

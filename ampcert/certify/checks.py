@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, TypeVar, cast
 
 from ampcert.aggregate import group_runs, not_comparable, reference_key
-from ampcert.amp.precision import REFERENCE
+from ampcert.amp.precision import REFERENCE, Precision
 from ampcert.certify import rules as R
 from ampcert.certify.certificate import (  # noqa: F401 - the certificate's types, re-exported where they lived
     Certificate,
@@ -57,7 +57,7 @@ class _Group:
         # The memory sweep's fit of this subject, with its saving against FP32's (None: not swept).
         self.memory: MemoryFit | None = None
 
-    def reference(self, precision: str) -> list[RunResult]:
+    def reference(self, precision: Precision) -> list[RunResult]:
         """The primary runs of ``precision`` that this subject is compared with."""
         if precision == REFERENCE:
             return self.ref
@@ -554,7 +554,7 @@ def evaluate(results: Iterable[RunResult], pack: R.RulePack, memory_runs: Iterab
         group.memory = fits.get(subject)
         for rule in pack.rules:
             if not rule.applies_to.matches(subject.workload, runs[0].spec.workload, subject.backend, subject.amp,
-                                           subject.precision, runs[0].spec.device):
+                                           runs[0].spec.precision, runs[0].spec.device):
                 continue
             v = CHECK_FUNCTIONS[rule.check](rule, group)
             if v is not None:

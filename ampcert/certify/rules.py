@@ -62,7 +62,7 @@ class AppliesTo(_Strict):
     # `[cuda]`: a rule for GPUs only (a CPU's memory behaves otherwise, see memory_saving).
     devices: list[Literal["*", "cpu", "cuda"]] = Field(default=["*"], min_length=1)
 
-    def matches(self, label: str, workload: str, backend: str, amp: str, precision: str,
+    def matches(self, label: str, workload: str, backend: str, amp: str, precision: Precision,
                 device: str | None = None) -> bool:
         def ok(values: list[str], *candidates: str) -> bool:
             return "*" in values or any(c in values for c in candidates)

@@ -35,6 +35,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ampcert.amp.precision import Precision
+
 # The fields a command's argv and env values may name, and what each holds.
 TEMPLATE_FIELDS: dict[str, str] = {
     "precision": "the run's precision (fp32, bf16, fp16, fp8, ...)",
@@ -106,7 +108,7 @@ def render(template: str, values: dict[str, str]) -> str:
     return template.format_map(values)
 
 
-def job_values(*, precision: str, seed: int, amp: str, run_dir: Path, mllog: Path, run_id: str,
+def job_values(*, precision: Precision, seed: int, amp: str, run_dir: Path, mllog: Path, run_id: str,
                device: str, repeat: int, label: str) -> dict[str, str]:
     """The template fields' values for one run (strings, as a command line holds them)."""
     return {"precision": precision, "seed": str(seed), "amp": amp, "run_dir": str(run_dir.resolve()),

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from ampcert.amp.precision import Precision
 from ampcert.errors import BadArgument, UserError
 from ampcert.resources import shipped_label
 from ampcert.runner.signals import interruptible
@@ -144,7 +145,7 @@ def audit_jax(policy: str | None = None, dtype: str | None = None) -> JaxAudit:
                         regions=audit_regions(op_policy, low))
 
 
-def screen_fp8(workload: str, params: str | None = None, precision: str = "fp8", recipe: str = "tensorwise",
+def screen_fp8(workload: str, params: str | None = None, precision: Precision = "fp8", recipe: str = "tensorwise",
                steps: int = 3, include: Sequence[str] = (), exclude: Sequence[str] = (), first_last: bool = False,
                device: str = "cpu", seed: int = 0) -> Screen:
     """The per-layer FP8 eligibility map of a workload's model (``ampcert screen``):

@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from ..fp8_recipes import MAX_FINITE, MX_BLOCK, TORCH_DTYPE, Cast, Recipe
+from ..precision import Precision
 
 # torchao's guard against a zero amax (an all-zero tensor keeps a finite scale).
 EPS = 1e-12
@@ -408,7 +409,7 @@ def convert(model: torch.nn.Module, recipe: Recipe, policy: LayerPolicy, *, real
     return plans
 
 
-def has_fp8_tensor_cores(precision: str) -> tuple[bool, str]:
+def has_fp8_tensor_cores(precision: Precision) -> tuple[bool, str]:
     """Whether this process's CUDA device runs ``precision``'s matmuls in real
     FP8 through ampcert, and why (or why not)."""
     if not torch.cuda.is_available():
