@@ -100,6 +100,25 @@ while True:
         conn.close()
         continue
     code = 70
+    real_exit, command_pid = os._exit, os.getpid()
+
+    def end(status):
+        # The exit code is sent once, by whatever ends the process: the command itself through
+        # os._exit (ampcert's CLI does, in an exit hook, where triton is loaded), or below.
+        # A process the command forked ends as it would, reporting nothing.
+        if os.getpid() != command_pid:
+            real_exit(status)
+        os._exit = real_exit
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        try:
+            conn.sendall(b"%d\n" % status)
+        finally:
+            real_exit(status)
+
     try:
         listener.close()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the command waits for its own children
@@ -114,6 +133,7 @@ while True:
         os.environ.update(req["env"])
         sys.stdin, sys.stdout, sys.stderr = (open(0, closefd=False), open(1, "w", closefd=False),
                                              open(2, "w", closefd=False))
+        os._exit = end
         try:
             run(req["argv"][0], req["argv"][1:])
             code = 0
@@ -127,13 +147,14 @@ while True:
                 tb = tb.tb_next or tb
             traceback.print_exception(type(exc), exc, tb)
             code = 1
-        getattr(threading, "_shutdown", lambda: None)()
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        conn.sendall(b"%d\n" % code)
+        try:  # as an interpreter ends: non-daemon threads joined, atexit handlers run
+            getattr(threading, "_shutdown", lambda: None)()
+            atexit._run_exitfuncs()
+        except BaseException:  # an interpreter prints what its shutdown raised and keeps the exit code
+            traceback.print_exc()
+        end(code)
     finally:
-        os._exit(code)
+        real_exit(code)
 """
 
 _SHIM = """#!{python} -S
