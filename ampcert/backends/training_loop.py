@@ -9,20 +9,21 @@ the precision probe touches its own module and the registry, never this file.
 
 The shape of one run::
 
-    features.started          (before anything: a smaller device, whose sampler)
+    features.started          (before anything: a smaller device; which devices to sample)
     telemetry started         (on the framework's devices; stopped however the run ends)
-    framework.build           (calling features.built once the workload exists, and
+    INIT_START, framework.build (calling features.built once the workload exists, and
                                features.model_ready before the optimizer sees the model)
     RUN_START
     for each window of eval_every steps:
         BLOCK_START, telemetry phase "train"
         for each step: clock.start, draw a batch (data time), features.before_step,
                        framework.step, features.after_step, clock.stop
-        the window's losses read once; the loss scaling judges them
-        BLOCK_STOP, features.after_window
+        framework.sync, BLOCK_STOP; the window's losses read once, the loss scaling
+        judges them; features.after_window
         telemetry phase "eval", EVAL_START, framework.evaluate, EVAL_STOP
-        features.decide (continue, stop, fail), the target
-    telemetry stopped, RUN_STOP; features.contribute(tally); tally.outcome()
+        the decision (fail: not finite; stop: the target met; continue), features.decide
+    telemetry stopped, RUN_STOP; framework.finish; features.contribute(tally);
+    tally.outcome()
 
 Compare optax: a transform is an (init, update) pair and ``chain`` composes them;
 the update loop never names one.
