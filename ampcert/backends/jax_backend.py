@@ -268,8 +268,8 @@ class JaxFramework(loop.TaskData):
         self.losses.append(loss)
         self.scaling.observe(scale_state, finite_grads, step)
 
-    def window_losses(self, count: int) -> list[float]:
-        values = [float(v) for v in self.losses[-count:]]
+    def window_losses(self) -> list[float]:
+        values = [float(v) for v in self.losses]
         self.losses.clear()
         return values
 

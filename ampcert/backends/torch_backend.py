@@ -363,8 +363,8 @@ class TorchFramework(loop.TaskData):
             self.scheduler.step()
         self.losses.append(loss.detach().float())
 
-    def window_losses(self, count: int) -> list[float]:
-        window = torch.stack(self.losses[-count:])
+    def window_losses(self) -> list[float]:
+        window = torch.stack(self.losses)
         if self.reduce_losses is not None:  # the global batch's loss: the mean of the ranks' shard means
             window = self.reduce_losses(window)
         self.losses.clear()

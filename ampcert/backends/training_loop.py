@@ -129,7 +129,7 @@ class Tally:
             data_info=self.data_info or None,
             loss=[v if math.isfinite(v) else None for v in self.losses], evals=list(self.evals),
             step_time=loop.step_time_stats(list(self.durations), self.timing),
-            step_times_ms=loop.step_times_ms(list(self.durations)),
+            step_times_ms=self.step_times_ms(),
             peak_memory=self.peak_memory, telemetry=self.telemetry, loss_scale=loss_scale, skipped_steps=skipped,
             lowest_precision=self.lowest_precision, compile_stats=self.compile_stats, fp8=self.fp8,
             accelerated=spec.accelerated, capability_note=spec.capability_note,
@@ -181,8 +181,8 @@ class Framework(Protocol):
     def step(self, batch: Any, step: int) -> None:
         """One training step (forward, backward, optimizer); its loss kept on the device."""
 
-    def window_losses(self, count: int) -> list[float]:
-        """The last ``count`` steps' losses, read from the device (the one read of a window)."""
+    def window_losses(self) -> list[float]:
+        """The losses of the steps since the last read, read from the device (the one read of a window)."""
 
     def sync(self) -> None:
         """Wait for the device."""
@@ -325,7 +325,7 @@ def _train(run: Run, progress: Callable[[dict], None]) -> TrainOutcome:
         fw.sync()
         tally.train_s += fw.clock.window(time.perf_counter() - t_window, tally)
         log.end(mllog.BLOCK_STOP, metadata=loop.block_metadata(step - window + 1, window, tally.trained))
-        values = fw.window_losses(window)
+        values = fw.window_losses()
         tally.losses.extend(values)
         finite = [math.isfinite(v) for v in values]
         fw.scaling.check_window(finite, step, spec.precision)
@@ -344,7 +344,7 @@ def _train(run: Run, progress: Callable[[dict], None]) -> TrainOutcome:
         tally.evals.append(EvalPoint(step=step, samples=samples, train_time_s=tally.train_s, value=value))
         fw.scaling.log_eval(log, step)
 
-        hit = tally.reached is None and loop.target_hit(value, budget.target, higher)
+        hit = loop.target_hit(value, budget.target, higher)
         decision = Decision.FAIL if not math.isfinite(value) else Decision.STOP if hit else Decision.CONTINUE
         for feature in features:
             decision = feature.decide(run, step, decision)

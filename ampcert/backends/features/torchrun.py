@@ -20,7 +20,7 @@ class TorchrunRanks(Feature):
         self.dctx: distributed.DistContext | None = None
 
     def started(self, run: Run) -> None:
-        dctx = distributed.current()
+        self.dctx = dctx = distributed.current()
         if dctx is None:
             return
         if dctx.is_main:  # rank 0 samples every device of its node
@@ -29,7 +29,7 @@ class TorchrunRanks(Feature):
             run.telemetry = distributed.NullTelemetry(dctx.rank)
 
     def model_ready(self, run: Run) -> None:
-        self.dctx = dctx = distributed.current()
+        dctx = self.dctx
         if dctx is None:  # not inside a process group: one process trains alone
             return
         fw: Any = run.framework
