@@ -220,6 +220,18 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
     return " ".join(str(getattr(exc, "problem", None) or exc).split()) + where
 
 
+def read_json_file(path: Path, *, missing: str, what: str) -> Any:
+    """An untrusted JSON file, parsed: a missing file is the one line ``missing``; one
+    that cannot be read or parsed (a folder, a 5000-digit integer, nesting deeper than
+    Python's json recurses) is ``PATH: not WHAT (the error)``."""
+    try:
+        return json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise UserError(missing) from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise UserError(f"{path}: not {what} ({type(exc).__name__}: {exc})") from None
+
+
 def read_yaml(path: str | Path, what: str = "file") -> Any:
     """Parse a YAML file, turning every way it can fail into a UserError."""
     return read_yaml_file(path, what)[0]

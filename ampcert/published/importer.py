@@ -41,7 +41,6 @@ writes the same bytes.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import stat
@@ -53,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ampcert.atomic import atomic_write_bytes, atomic_write_chunks
 from ampcert.certify.mlperf import COMPLIANCE, Reverification, reverify, round_name, round_of_folder
+from ampcert.configio import read_json_file
 from ampcert.errors import BadArgument, UserError
 from ampcert.mllog.reader import Scanned, TrainingLog, scan
 from ampcert.published.energy import BenchmarkEnergy, energy_benchmark
@@ -395,12 +395,8 @@ def is_imported(folder: Path) -> bool:
 def load_published(folder: Path) -> PublishedBenchmark:
     """An imported folder's ``published.json``, validated; :class:`UserError` (one line) otherwise."""
     path = folder / PUBLISHED_FILE
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise UserError(f"{folder}: not an imported MLPerf result (no {PUBLISHED_FILE}: `ampcert import mlperf`)") from None
-    except (OSError, ValueError, RecursionError) as exc:
-        raise UserError(f"{path}: not JSON ({type(exc).__name__}: {exc})") from None
+    data = read_json_file(path, what="JSON", missing=f"{folder}: not an imported MLPerf result "
+                          f"(no {PUBLISHED_FILE}: `ampcert import mlperf`)")
     try:
         return PublishedBenchmark.model_validate(data)
     except ValidationError as exc:

@@ -20,13 +20,13 @@ value, before anything is written.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ampcert.configio import read_json_file
 from ampcert.errors import UserError
 
 # Fields read as counts; the first two are required (accelerator-hours need them).
@@ -107,12 +107,8 @@ def _stack(value: Any) -> str:
 
 def read_system(path: Path) -> SystemFingerprint:
     """The fingerprint of ``path``; :class:`UserError` (one line) where the file cannot say it."""
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise UserError(f"{path}: no system description (every results/<system>/ has systems/<system>.json)") from None
-    except (OSError, ValueError, RecursionError) as exc:
-        raise UserError(f"{path}: not a JSON system description ({type(exc).__name__}: {exc})") from None
+    data = read_json_file(path, what="a JSON system description", missing=f"{path}: no system description "
+                          "(every results/<system>/ has systems/<system>.json)")
     if not isinstance(data, dict):
         raise UserError(f"{path}: a system description is a JSON object, found {type(data).__name__}")
     text = {name: _text(path, data, name) for name in TEXT_FIELDS}

@@ -103,21 +103,13 @@ class TorchTask:
     train_data: Iterable[tuple[Any, Any]] | Callable[[int], Iterable[tuple[Any, Any]]] | None = None
 
 
-@dataclass
-class Prepared:
-    """A built-in workload before a framework is chosen: what its torch and
-    JAX tasks share, so that they share it by construction.
+@dataclass(kw_only=True)
+class HostData:
+    """What a task holds of its data on the host, whichever framework trains it: the
+    evaluation set, the batch, the learning-rate schedule, the seeded augmentation
+    (``augment(x, y, step)``, numpy in, numpy out) and the data's provenance. Its
+    fields are keywords, after each task's own."""
 
-    Data are numpy arrays (float32 inputs, int64 labels) already split and
-    normalised; ``weights`` are the initial parameters keyed by torch name;
-    ``augment(x, y, step)`` (numpy in, numpy out) is the workload's seeded
-    augmentation, if any. A workload module may subclass it to carry what its
-    models need (a layout, the text windows' bytes)."""
-
-    params: Any  # the workload's validated Params
-    weights: Weights
-    train_x: np.ndarray
-    train_y: np.ndarray
     eval_x: np.ndarray
     eval_y: np.ndarray
     batch_size: int
@@ -125,6 +117,22 @@ class Prepared:
     augment: Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]] | None = None
     data_note: str = ""
     data_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Prepared(HostData):
+    """A built-in workload before a framework is chosen: what its torch and
+    JAX tasks share, so that they share it by construction.
+
+    Data are numpy arrays (float32 inputs, int64 labels) already split and
+    normalised; ``weights`` are the initial parameters keyed by torch name.
+    A workload module may subclass it to carry what its models need (a
+    layout, the text windows' bytes)."""
+
+    params: Any  # the workload's validated Params
+    weights: Weights
+    train_x: np.ndarray
+    train_y: np.ndarray
 
 
 def warmup_cosine(warmup_steps: int, max_steps: int, floor: float = 0.1) -> Callable[[int], float]:

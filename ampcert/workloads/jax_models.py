@@ -47,7 +47,7 @@ import numpy as np
 import optax
 from jax import lax
 
-from ampcert.workloads.base import Prepared
+from ampcert.workloads.base import HostData, Prepared
 
 if TYPE_CHECKING:
     from ampcert.workloads.gpt_prep import GPTPrepared
@@ -63,7 +63,7 @@ ADAM_BETAS = (0.9, 0.999)  # torch's default, where the workload names none
 
 
 @dataclass
-class JaxTask:
+class JaxTask(HostData):
     """A workload ready for the JAX backend (what ``build_jax`` returns).
 
     ``apply(params, state, x, train) -> (logits, new_state)`` is the model;
@@ -95,13 +95,7 @@ class JaxTask:
     base_lr: float
     train_x: np.ndarray | None  # None when train_data streams the training set
     train_y: np.ndarray | None
-    eval_x: np.ndarray
-    eval_y: np.ndarray
-    batch_size: int
-    lr_lambda: Callable[[int], float] | None = None
-    augment: Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]] | None = None
-    data_note: str = ""
-    data_info: dict[str, Any] = field(default_factory=dict)
+    # (eval_x, eval_y, batch_size, lr_lambda, augment, data_note, data_info: HostData's)
     info: dict[str, Any] = field(default_factory=dict)
     # Streamed training data instead of train_x/train_y: an iterable of (x, y)
     # numpy batches re-iterated each epoch, or a callable epoch -> iterable.
