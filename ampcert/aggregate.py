@@ -253,7 +253,7 @@ def _present(values: Iterable[Any]) -> list[float]:
 
 def injected(runs: Iterable[RunResult]) -> str | None:
     """The note of a group whose runs were slowed on purpose (a suite's ``inject_slowdown``)."""
-    fractions = sorted({r.spec.injected_slowdown for r in runs if r.spec.injected_slowdown})
+    fractions = sorted({r.spec.fault.injected_slowdown for r in runs if r.spec.fault.injected_slowdown})
     if not fractions:
         return None
     return (f"slowed {'/'.join(f'{f:.0%}' for f in fractions)} on purpose (inject_slowdown: a fault "

@@ -36,7 +36,7 @@ from ampcert.aggregate import REFERENCE, TABLE_ORDER, group_key
 from ampcert.configio import read_yaml_file
 from ampcert.errors import UserError
 from ampcert.results import FailureKind, ResultsDir, ResultSet, RunResult
-from ampcert.spec import MemorySweep, RunSpec
+from ampcert.spec import MemorySweep, RunSpec, SweepPoint
 from ampcert.stored_plan import StoredPlan
 from ampcert.vocabulary import Subject
 
@@ -162,20 +162,22 @@ def fit_sweep(runs: Iterable[RunResult], budgets: Iterable[int] = (), device_byt
 
 
 def _fit(subject: Subject, runs: list[RunResult], budgets: list[tuple[int, str]]) -> MemoryFit:
-    measured = sorted(((r.spec.batch_size or 0, r) for r in runs
-                       if r.status == "completed" and r.peak_memory is not None), key=lambda t: t[0])
-    too_big = sorted((UnfitBatch(batch=r.spec.batch_size or 0, run_id=r.run_id, reason=r.reason or "")
+    # (batch, run, peak): a completed run with a peak measured; one whose peak reads null measured nothing
+    measured = sorted(((r.spec.sweep.batch_size or 0, r, r.peak_memory.value) for r in runs
+                       if r.status == "completed" and r.peak_memory is not None and r.peak_memory.value is not None),
+                      key=lambda t: t[0])
+    too_big = sorted((UnfitBatch(batch=r.spec.sweep.batch_size or 0, run_id=r.run_id, reason=r.reason or "")
                       for r in runs if r.failure == FailureKind.OUT_OF_MEMORY), key=lambda d: d.batch)
     failed = [r for r in runs if r.status != "completed" and r.failure != FailureKind.OUT_OF_MEMORY]
-    methods = sorted({r.peak_memory.method for _, r in measured if r.peak_memory is not None})
+    methods = sorted({r.peak_memory.method for _, r, _ in measured if r.peak_memory is not None})
     fit = MemoryFit(subject=subject, method="; ".join(methods), does_not_fit=too_big, points=[])
     notes = [f"does not fit at batch {d.batch}" for d in too_big]
-    notes += [f"batch {r.spec.batch_size} failed: {r.reason}" for r in failed]
-    batches = [float(b) for b, _ in measured]
-    peaks = [r.peak_memory.value for _, r in measured if r.peak_memory is not None]
+    notes += [f"batch {r.spec.sweep.batch_size} failed: {r.reason}" for r in failed]
+    batches = [float(b) for b, _, _ in measured]
+    peaks = [p for _, _, p in measured]
     if len(set(batches)) < 2:
         fit.points = [MemoryPoint(batch=int(b), peak_bytes=p, run_id=r.run_id, residual_bytes=0.0)
-                      for (b, r), p in zip(measured, peaks, strict=True)]
+                      for b, r, p in measured]
         fit.note = "; ".join(notes + [f"{len(measured)} batch size(s) measured: a line needs two or more"])
         return fit
     # imported here: a suite's validation imports this module (~1 s for scipy.stats), most commands fit nothing
@@ -187,7 +189,7 @@ def _fit(subject: Subject, runs: list[RunResult], budgets: list[tuple[int, str]]
         fit.fixed_stderr, fit.per_sample_stderr = float(line.intercept_stderr), float(line.stderr)
     fit.points = [MemoryPoint(batch=int(b), peak_bytes=p, run_id=r.run_id, device_used_bytes=_device_used(r),
                               residual_bytes=p - (fit.fixed_bytes + fit.bytes_per_sample * b))
-                  for (b, r), p in zip(measured, peaks, strict=True)]
+                  for b, r, p in measured]
     fit.max_residual_share = max(abs(p.residual_bytes) / p.peak_bytes for p in fit.points)
     if fit.bytes_per_sample <= 0:
         notes.append("the peak does not grow with the batch over the sizes swept: sweep larger batches")
@@ -316,7 +318,7 @@ def _fits_and_confirmations(rs: ResultSet, plan: StoredPlan, sweep: MemorySweep 
         return [], []
     budgets = [int(b) for b in sweep.budgets] if sweep is not None else []
     # An emulated smaller card (memory.device_memory) is the device the sweep ran on.
-    emulated = next((r.spec.device_memory_limit for r in rs.memory_runs if r.spec.device_memory_limit), None)
+    emulated = next((r.spec.sweep.device_memory_limit for r in rs.memory_runs if r.spec.sweep.device_memory_limit), None)
     device = plan.device or ""
     device_bytes = emulated or device_memory(plan.environment, device)
     fits = fit_sweep(rs.memory_runs, budgets, device_bytes)
@@ -327,26 +329,26 @@ def _fits_and_confirmations(rs: ResultSet, plan: StoredPlan, sweep: MemorySweep 
         swept = [r.spec for r in rs.memory_runs if group_key(r) == fit.subject]
         held = [b for b in fit.budgets if b.largest_batch is not None and b.budget_bytes <= device_bytes
                 and (device == "cuda" or b.source == "suite")
-                and b.largest_batch not in {s.batch_size for s in swept}]  # a swept batch is measured already
+                and b.largest_batch not in {s.sweep.batch_size for s in swept}]  # a swept batch is measured already
         if not held or not swept:
             continue
         budget = min(held, key=lambda b: b.budget_bytes)
-        like = max(swept, key=lambda s: s.batch_size or 0)
-        confirming.append((fit, budget, like.model_copy(update={
-            "batch_size": budget.largest_batch, "confirms_budget": budget.budget_bytes,
+        like = max(swept, key=lambda s: s.sweep.batch_size or 0)
+        confirming.append((fit, budget, like.model_copy(update={"sweep": SweepPoint(
+            batch_size=budget.largest_batch, confirms_budget=budget.budget_bytes,
             # a suite's budget is a smaller card, emulated where torch can (JAX measures its peak on
             # the card itself); the device's own (or the sweep's emulated card, which the sweep's
             # runs carry) is the card itself
-            "device_memory_limit": budget.budget_bytes
+            device_memory_limit=budget.budget_bytes
             if device == "cuda" and budget.source == "suite" and like.backend == "torch"
-            else like.device_memory_limit})))
+            else like.sweep.device_memory_limit)})))
     return fits, confirming
 
 
 def _confirmation(fit: MemoryFit, budget: BudgetFit, result: RunResult) -> Confirmation:
     predicted = fit.predict(budget.largest_batch or 0) or 0.0
     found = Confirmation(run_id=result.run_id, batch=budget.largest_batch or 0, predicted_bytes=predicted)
-    if result.status == "completed" and result.peak_memory is not None:
+    if result.status == "completed" and result.peak_memory is not None and result.peak_memory.value is not None:
         found.peak_bytes = peak = float(result.peak_memory.value)
         found.error = (peak - predicted) / predicted if predicted else None
         found.fits = peak <= budget.budget_bytes

@@ -11,10 +11,7 @@ file) gives its run id, so the same suite always names its runs the same way.
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import importlib.util
-import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -24,11 +21,15 @@ from pydantic import (
     ByteSize,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     PositiveInt,
     PrivateAttr,
+    SerializerFunctionWrapHandler,
     ValidationError,
+    model_serializer,
     model_validator,
 )
+from pydantic.json_schema import JsonSchemaValue
 
 from ampcert.amp.precision import (  # noqa: F401 - PRECISIONS re-exported for suite readers
     AUTOCAST_PRECISIONS,
@@ -38,6 +39,7 @@ from ampcert.amp.precision import (  # noqa: F401 - PRECISIONS re-exported for s
 )
 from ampcert.configio import canonical_json, read_yaml, validation_message
 from ampcert.errors import UserError
+from ampcert.frameworks import installed_release, require_backend
 from ampcert.own_job.entry import OwnJob, check_templates
 
 AmpImpl = Literal["native", "ampcert"]
@@ -478,6 +480,54 @@ class Suite(_Strict):
         return entry.fp8 or self.fp8
 
 
+class Launch(Torchrun):
+    """How a run's processes start: one process, or torchrun's data-parallel ranks with
+    the suite's :class:`Torchrun` settings. A process launch keeps those settings'
+    defaults: one rank on one node, no rendezvous. Only the world size enters a run's
+    identity; the rendezvous settings say where the ranks meet."""
+
+    launcher: Launcher = "process"
+    nproc_per_node: PositiveInt = 1
+
+    @model_serializer(mode="wrap")
+    def _launcher_first(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Torchrun's fields come first in a subclass; stored, the launcher leads (schema v1's order).
+        data = handler(self)
+        return {"launcher": data.pop("launcher"), **data}
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node if self.launcher == "torchrun" else 1
+
+
+class SweepPoint(_Strict):
+    """Where a run sits in the suite's memory sweep (``memory:``, ampcert/memory.py):
+    the batch it trains at instead of the workload's, so that its peak memory is its
+    result. Every field None: a certified run, not a sweep point. (Each is written only
+    when set: results from before the sweep keep their bytes.)"""
+
+    batch_size: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The GPU memory the run may use (MemorySweep.device_memory): a smaller card, emulated.
+    device_memory_limit: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
+    # A confirming run (memory.confirming_runs): the budget, in bytes, whose fitted largest
+    # batch it trains at; planned after the sweep, never in plan.json.
+    confirms_budget: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
+
+    @model_validator(mode="after")
+    def _a_point_has_a_batch(self) -> SweepPoint:
+        if self.batch_size is None and (self.device_memory_limit is not None or self.confirms_budget is not None):
+            raise ValueError("a memory-sweep point's emulated card or confirmed budget needs its `batch_size`")
+        return self
+
+
+class FaultInjection(_Strict):
+    """What is done to a run on purpose, to test what judges it (the suite's
+    ``inject_slowdown``): each training step held this fraction of its own time longer.
+    (Written only when set.)"""
+
+    injected_slowdown: float = Field(default=0.0, ge=0, le=1, exclude_if=lambda v: not v)
+
+
 class RunSpec(_Strict):
     """One run of the matrix: everything a worker needs, nothing it must look up."""
 
@@ -508,15 +558,8 @@ class RunSpec(_Strict):
     loss_scaling: bool = True
     # 0 for a seed's run; 1, 2, ... for repeats of it (determinism checks).
     repeat: int = Field(default=0, ge=0)
-    # launcher: torchrun trains on nnodes x nproc_per_node data-parallel ranks;
-    # only that world size enters identity(), the rendezvous settings do not.
-    launcher: Launcher = "process"
-    nproc_per_node: int = Field(default=1, ge=1)
-    nnodes: int = Field(default=1, ge=1)
-    rdzv_backend: str | None = None
-    rdzv_endpoint: str | None = None
-    rdzv_id: str | None = None
-    node_rank: int | None = Field(default=None, ge=0)
+    # How its processes start (one process, or torchrun's ranks); stored flat (launcher, nproc_per_node, ...).
+    launch: Launch = Field(default_factory=Launch)
     # What the run's MLLOG discloses about the submission (platform filled at
     # planning) and the suite file's name (MLPerf's config_filename). Left out
     # of identity(): they describe who ran it where, not what it computes.
@@ -526,20 +569,63 @@ class RunSpec(_Strict):
     torch_compile: TorchCompile | None = None
     # The FP8 layer policy of an fp8 or mxfp8 run; None for every other precision.
     fp8: Fp8 | None = None
-    # A team's own job (a suite entry's `command:`); None for ampcert's workloads.
+    # A team's own job (a suite entry's `command:`); None for ampcert's workloads, whose job
+    # is `train`: a run has exactly one of the two (_one_job).
     # (Written only when set: results of ampcert's own workloads keep their bytes.)
     command: OwnJob | None = Field(default=None, exclude_if=lambda v: v is None)
-    # Fault injection (the suite's `inject_slowdown`): each training step held this fraction
-    # of its own time longer. (Written only when set, like `command`.)
-    injected_slowdown: float = Field(default=0.0, ge=0, le=1, exclude_if=lambda v: not v)
-    # A memory-sweep run (the suite's `memory`): the batch it trains at, instead of the
-    # workload's; its peak memory is its result. (Written only when set.)
-    batch_size: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
-    # The GPU memory a sweep run may use (MemorySweep.device_memory): a smaller card, emulated.
-    device_memory_limit: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
-    # The sweep's confirming run (ampcert.memory.confirming_runs): the budget, in bytes, whose
-    # fitted largest batch it trains at; planned after the sweep, never in plan.json. (Written only when set.)
-    confirms_budget: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
+    # What is done to the run on purpose (the suite's `inject_slowdown`); stored flat.
+    fault: FaultInjection = Field(default_factory=FaultInjection)
+    # Where it sits in the suite's memory sweep (none for a certified run); stored flat.
+    sweep: SweepPoint = Field(default_factory=SweepPoint)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _grouped(cls, data: Any) -> Any:
+        """A stored RunSpec (plan.json, result.json, report.json: schema v1) is flat; its
+        groups' fields are gathered into them here, so every stored folder reads as before."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for group, model in _GROUPS.items():
+            flat = {name: data.pop(name) for name in model.model_fields if name in data}
+            if flat and group in data:
+                raise ValueError(f"give `{group}` or its fields ({', '.join(flat)}), not both")
+            if flat:
+                data[group] = flat
+        return data
+
+    @model_serializer(mode="wrap")
+    def _stored_flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Written flat, each group's fields where the group stands: the bytes of schema v1."""
+        out: dict[str, Any] = {}
+        for name, value in handler(self).items():
+            if name in _GROUPS:
+                out.update(value)
+            else:
+                out[name] = value
+        return out
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        # The schema describes what is stored: the groups' fields in place of the groups.
+        schema = handler(core_schema)
+        target = handler.resolve_ref_schema(schema)
+        properties: dict[str, Any] = {}
+        for name, prop in target["properties"].items():
+            if name in _GROUPS:
+                properties.update(handler.resolve_ref_schema(prop)["properties"])
+            else:
+                properties[name] = prop
+        target["properties"] = properties
+        return schema
+
+    @model_validator(mode="after")
+    def _one_job(self) -> RunSpec:
+        if (self.train is None) == (self.command is None):
+            raise ValueError("a run trains one job: ampcert's workload (`train`) or an own job (`command`)")
+        if self.command is not None and (self.fault.injected_slowdown or self.sweep.batch_size is not None):
+            raise ValueError("an own job trains itself: it is neither slowed on purpose nor a memory-sweep point")
+        return self
 
     @model_validator(mode="after")
     def _names_are_file_names(self) -> RunSpec:
@@ -573,7 +659,7 @@ class RunSpec(_Strict):
 
     @property
     def world_size(self) -> int:
-        return self.nnodes * self.nproc_per_node if self.launcher == "torchrun" else 1
+        return self.launch.world_size
 
     def identity(self) -> dict[str, Any]:
         """The fields that decide what a run computes; its id hashes these.
@@ -591,7 +677,7 @@ class RunSpec(_Strict):
             ident["loss_scaling"] = False
         if self.repeat:
             ident["repeat"] = self.repeat
-        if self.launcher == "torchrun":
+        if self.launch.launcher == "torchrun":
             ident["launcher"] = "torchrun"
             ident["world_size"] = self.world_size
         if self.torch_compile is not None:  # the fallback is what to do on failure, not what runs
@@ -602,120 +688,29 @@ class RunSpec(_Strict):
             ident["fp8"] = self.fp8.model_dump(exclude={"record_every"})
         if self.command is not None:
             ident["command"] = self.command.identity()
-        if self.injected_slowdown:  # a slowed run is another run: it never resumes or merges as the real one
-            ident["injected_slowdown"] = self.injected_slowdown
-        if self.batch_size is not None:
-            ident["batch_size"] = self.batch_size
-        if self.device_memory_limit is not None:
-            ident["device_memory_limit"] = self.device_memory_limit
-        if self.confirms_budget is not None:
-            ident["confirms_budget"] = self.confirms_budget
+        # A slowed run is another run: it never resumes or merges as the real one. A sweep
+        # point's batch, emulated card and confirmed budget make it another run too.
+        ident.update(self.fault.model_dump())
+        ident.update(self.sweep.model_dump())
         return ident
 
     @property
     def run_id(self) -> str:
         digest = hashlib.sha256(canonical_json(self.identity()).encode()).hexdigest()[:8]
         rep = f"-r{self.repeat}" if self.repeat else ""
-        batch = f"-b{self.batch_size}{'c' if self.confirms_budget else ''}" if self.batch_size is not None else ""
+        point = self.sweep
+        batch = f"-b{point.batch_size}{'c' if point.confirms_budget else ''}" if point.batch_size is not None else ""
         return f"{self.label}-{self.precision}-{self.amp}-s{self.seed}{rep}{batch}-{digest}"
 
     @property
     def is_memory_sweep(self) -> bool:
         """A run of the suite's memory sweep (or its confirming run): its peak memory is its result,
         not its speed or accuracy."""
-        return self.batch_size is not None
+        return self.sweep.batch_size is not None
 
 
-# What each backend imports to train, with the name a person would look for,
-# and the extra that installs it (pyproject.toml's optional dependencies).
-BACKEND_MODULES: dict[str, tuple[tuple[str, str], ...]] = {
-    "torch": (("torch", "PyTorch"),),
-    "jax": (("jax", "JAX"), ("optax", "optax")),
-}
-
-
-def _installed(module: str) -> bool:
-    """Whether ``module`` can be imported, found without importing it (torch
-    takes seconds to import, and the answer is needed before any run)."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a blocked import, or a module whose __spec__ is None
-        return False
-
-
-def missing_framework(backend: str) -> str | None:
-    """The name of the first framework ``backend`` needs that is not
-    installed, or None when it can train here."""
-    for module, name in BACKEND_MODULES.get(backend, ()):
-        if not _installed(module):
-            return name
-    return None
-
-
-#: Set to 1 to train on a framework release outside the tested range (unsupported_framework).
-ALLOW_UNSUPPORTED_ENV = "AMPCERT_ALLOW_UNSUPPORTED"
-
-
-@functools.cache
-def unsupported_framework(backend: str) -> str | None:
-    """Why the installed framework of ``backend`` is outside the range ampcert is tested on,
-    or None. The range is the one the installed ampcert's extra asks for (pyproject.toml's
-    ``torch = ["torch>=2.11,<2.16"]``, read back from the package's metadata, so it is
-    written once); the version is the installed distribution's, read without importing it.
-    A source tree that is not installed has no metadata, and is not checked."""
-    from importlib import metadata
-
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    try:
-        requires = metadata.requires("ampcert") or []
-    except metadata.PackageNotFoundError:
-        return None
-    names = {module for module, _ in BACKEND_MODULES.get(backend, ())}
-    for text in requires:
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            continue
-        if req.name not in names or req.marker is None or not req.marker.evaluate({"extra": backend}):
-            continue
-        try:
-            installed = metadata.version(req.name)
-        except metadata.PackageNotFoundError:
-            continue
-        if not req.specifier.contains(installed, prereleases=True):
-            supported = ",".join(sorted(map(str, req.specifier), key=lambda spec: not spec.startswith(">")))
-            return (f"{req.name} {installed} is installed; ampcert supports {req.name}{supported} "
-                    f"(pip install 'ampcert[{backend}]' keeps to that range)")
-    return None
-
-
-def require_backend(backend: str, where: str) -> None:
-    """Raise the one-line UserError naming the extra to install when the
-    framework ``backend`` trains with is not installed, or is a release outside
-    the tested range (:func:`unsupported_framework`; ``AMPCERT_ALLOW_UNSUPPORTED=1``
-    lets it train); checked when a suite is read (and before a resumed folder's runs
-    start), so nothing is planned, written or trained that could only fail."""
-    name = missing_framework(backend)
-    if name is not None:
-        raise UserError(f"{where}: backend {backend} needs {name}, which is not installed: "
-                        f"pip install 'ampcert[{backend}]'")
-    why = unsupported_framework(backend)
-    if why is not None and os.environ.get(ALLOW_UNSUPPORTED_ENV) != "1":
-        raise UserError(f"{where}: {why}; or set {ALLOW_UNSUPPORTED_ENV}=1 to train on it untested")
-
-
-def installed_release(dist: str) -> tuple[int, int] | None:
-    """(major, minor) of the installed distribution ``dist``, read without importing it; None
-    where it is not installed."""
-    from importlib import metadata
-
-    from ampcert.amp.torch.support import release
-
-    try:
-        return release(metadata.version(dist))
-    except (metadata.PackageNotFoundError, ValueError):
-        return None
+# RunSpec's groups, by field: each is stored as its own fields, flat (schema v1).
+_GROUPS: dict[str, type[_Strict]] = {"launch": Launch, "sweep": SweepPoint, "fault": FaultInjection}
 
 
 def _check_compile_scope(suite: Suite, source: str) -> None:
@@ -859,7 +854,7 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, 
         policy_sha256 = load_op_policy(suite.policy, "policy", device, suite.backend).effective_sha256
     runs: list[RunSpec] = []
     for entry in suite.workloads:
-        launch = _launch_fields(suite, entry)
+        launch = _launch(suite, entry)
         job: OwnJob | None = None
         budget: TrainBudget | None = None
         if entry.command is not None:
@@ -902,8 +897,8 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, 
                     torch_compile=suite.torch_compile if compiled else None,
                     fp8=suite.fp8_of(entry) if precision in FP8_PRECISIONS and job is None else None,
                     command=job,
-                    injected_slowdown=suite.slowdown_of(precision),
-                    **launch,
+                    fault=FaultInjection(injected_slowdown=suite.slowdown_of(precision)),
+                    launch=launch,
                 )
             )
         if suite.memory is not None and job is None:
@@ -925,8 +920,9 @@ def _memory_runs(suite: Suite, entry: WorkloadEntry, sweep: MemorySweep, like: R
                         f"this suite runs on {like.device}: leave it out, or run on cuda")
     return [like.model_copy(update={
                 "label": label, "precision": precision, "seed": seed, "repeat": 0, "train": budget,
-                "batch_size": batch, "injected_slowdown": 0.0,
-                "device_memory_limit": int(sweep.device_memory) if sweep.device_memory is not None else None,
+                "fault": FaultInjection(),
+                "sweep": SweepPoint(batch_size=batch, device_memory_limit=int(sweep.device_memory)
+                                    if sweep.device_memory is not None else None),
                 "torch_compile": suite.torch_compile if compiled else None,
                 "fp8": suite.fp8_of(entry) if precision in FP8_PRECISIONS else None})
             for compiled, label in zip(suite.compile_of(entry), suite.labels_of(entry), strict=True)
@@ -946,12 +942,12 @@ def _run_spec(entry: WorkloadEntry, **fields: Any) -> RunSpec:
                         f"{msg}; give the entry a shorter `id`") from None
 
 
-def _launch_fields(suite: Suite, entry: WorkloadEntry) -> dict[str, Any]:
+def _launch(suite: Suite, entry: WorkloadEntry) -> Launch:
     if suite.launcher_of(entry) != "torchrun":
-        return {}
+        return Launch()
     tr = suite.torchrun_of(entry)
     assert tr is not None  # Suite._check
-    return {"launcher": "torchrun", **tr.model_dump()}
+    return Launch(launcher="torchrun", **tr.model_dump())
 
 
 def with_min_seeds(seeds: list[int], minimum: int) -> list[int]:

@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     run_suite(suite_file, out)
     rs = load(out)
     budget_bytes = [int(b) for b in MemorySweep.model_validate(suite["memory"]).budgets]
-    fitted = [r for r in rs.memory_runs if r.spec.batch_size != holdout]
-    held = {(r.spec.label, r.spec.precision): r for r in rs.memory_runs if r.spec.batch_size == holdout}
+    fitted = [r for r in rs.memory_runs if r.spec.sweep.batch_size != holdout]
+    held = {(r.spec.label, r.spec.precision): r for r in rs.memory_runs if r.spec.sweep.batch_size == holdout}
     fits = fit_sweep(fitted, budget_bytes)
 
     command = "python benchmarks/memory_sweep.py " + shlex.join(sys.argv[1:] if argv is None else argv)

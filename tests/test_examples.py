@@ -78,7 +78,8 @@ def _needed(suite_file: str) -> set[str]:
     """What the suite's runs on a GPU import: its backend's frameworks, and torchao for FP8
     under `amp: native` (torchao's layers; ampcert's own FP8 needs only torch)."""
     from ampcert.amp.precision import FP8_PRECISIONS
-    from ampcert.spec import BACKEND_MODULES, expand, load_suite
+    from ampcert.frameworks import BACKEND_MODULES
+    from ampcert.spec import expand, load_suite
 
     needs = set()
     for run in expand(load_suite(REPO / suite_file), "cuda"):

@@ -12,6 +12,7 @@ from factories import completed, failed, plan, warm_cli
 
 from ampcert.memory import device_memory, fit_sweep
 from ampcert.results import FailureKind, load
+from ampcert.spec import SweepPoint
 
 MiB = 2**20
 
@@ -23,13 +24,13 @@ def _sweep(precisions=("fp32", "bf16"), batches=(16, 32, 64)):
 
 
 def _measured(spec, fixed, per_sample, wobble=0.0):
-    return completed(spec, final_metric=0.5, peak_memory=fixed + per_sample * spec.batch_size + wobble)
+    return completed(spec, final_metric=0.5, peak_memory=fixed + per_sample * spec.sweep.batch_size + wobble)
 
 
 def test_a_line_is_recovered_with_its_budgets_and_the_saving_per_sample():
     fp32 = {16: 0.0, 32: 0.0, 64: 0.0}
-    runs = [_measured(s, 200 * MiB, (1 if s.precision == "fp32" else 0.5) * MiB, fp32[s.batch_size] if s.precision == "fp32"
-                      else {16: 0.1, 32: -0.2, 64: 0.1}[s.batch_size] * MiB) for s in _sweep()]
+    runs = [_measured(s, 200 * MiB, (1 if s.precision == "fp32" else 0.5) * MiB, fp32[s.sweep.batch_size] if s.precision == "fp32"
+                      else {16: 0.1, 32: -0.2, 64: 0.1}[s.sweep.batch_size] * MiB) for s in _sweep()]
     fits = fit_sweep(runs, budgets=[1024 * MiB, 100 * MiB])
     assert [str(f.subject) for f in fits] == ["digits/torch/native/fp32", "digits/torch/native/bf16"]
     ref, low = fits
@@ -50,7 +51,7 @@ def test_a_line_is_recovered_with_its_budgets_and_the_saving_per_sample():
 
 def test_a_precision_that_costs_memory_says_so():
     runs = [_measured(s, 280 * MiB, (70 if s.precision == "fp32" else 84) * 1024,
-                      {16: 1, 32: -2, 64: 1}[s.batch_size] * 1024) for s in _sweep()]
+                      {16: 1, 32: -2, 64: 1}[s.sweep.batch_size] * 1024) for s in _sweep()]
     low = fit_sweep(runs)[1]
     assert low.saving.fraction == pytest.approx(-0.2, abs=0.02)
     assert low.saving.interval[1] < 0
@@ -110,8 +111,8 @@ def test_cpu_sweeps_of_digits_and_gpt_predict_an_unseen_batch_within_10_percent(
     rs = load(out)
     assert len(rs.runs) == 4 and len(rs.memory_runs) == 16 and not rs.memory_missing
     assert all(r.status == "completed" and "before any evaluation" in r.peak_memory.method for r in rs.memory_runs)
-    seen = [r for r in rs.memory_runs if r.spec.batch_size != 96]
-    unseen = {(r.spec.label, r.spec.precision): r.peak_memory.value for r in rs.memory_runs if r.spec.batch_size == 96}
+    seen = [r for r in rs.memory_runs if r.spec.sweep.batch_size != 96]
+    unseen = {(r.spec.label, r.spec.precision): r.peak_memory.value for r in rs.memory_runs if r.spec.sweep.batch_size == 96}
     fits = fit_sweep(seen)
     assert {(f.subject.workload, f.subject.precision) for f in fits} == set(unseen)
     for fit in fits:
@@ -143,10 +144,10 @@ def test_a_run_that_overflows_a_shrunk_card_does_not_fit_and_the_suite_goes_on(t
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rs = load(out)
     assert all(r.status == "completed" for r in rs.runs)
-    big = [r for r in rs.memory_runs if r.spec.batch_size == 65536]
+    big = [r for r in rs.memory_runs if r.spec.sweep.batch_size == 65536]
     assert len(big) == 2 and all(r.failure == FailureKind.OUT_OF_MEMORY for r in big)
     assert all(r.reason.startswith("does not fit: out of cuda memory at batch 65536") for r in big)
-    fine = [r for r in rs.memory_runs if r.spec.batch_size != 65536]
+    fine = [r for r in rs.memory_runs if r.spec.sweep.batch_size != 65536]
     assert all(r.status == "completed" and r.peak_memory.value < 2**30 for r in fine)
     assert all("after the first" in r.peak_memory.method for r in fine)
     for fit in fit_sweep(rs.memory_runs, device_bytes=2**30):
@@ -186,7 +187,7 @@ def test_a_sweep_batch_is_never_silently_smaller_than_asked():
     from ampcert.backends.loop import sweep_batch
 
     spec = _sweep(batches=(16, 32, 4096))[2]
-    assert sweep_batch(spec.model_copy(update={"batch_size": 32}), n_train=1438) == 32
+    assert sweep_batch(spec.model_copy(update={"sweep": SweepPoint(batch_size=32)}), n_train=1438) == 32
     with pytest.raises(Unsupported, match="batch 4096 is more than the 1438 training examples"):
         sweep_batch(spec, n_train=1438)
     with pytest.raises(Unsupported, match="streams its training batches"):
@@ -257,7 +258,7 @@ def _swept_runs(device, bf16_per_sample_mib, wobble_mib=0.0):
                   "memory": {"batch_sizes": [16, 32, 64]}, "workloads": [{"workload": "digits"}]}, device=device)
     runs = [completed(s, final_metric=0.9) for s in specs if not s.is_memory_sweep]
     sweep = [_measured(s, 200 * MiB, (1 if s.precision == "fp32" else bf16_per_sample_mib) * MiB,
-                       {16: 1, 32: -2, 64: 1}[s.batch_size] * wobble_mib * MiB) for s in specs if s.is_memory_sweep]
+                       {16: 1, 32: -2, 64: 1}[s.sweep.batch_size] * wobble_mib * MiB) for s in specs if s.is_memory_sweep]
     return runs, sweep
 
 
@@ -300,7 +301,7 @@ def test_a_jax_sweep_reads_its_peak_before_the_evaluation(tmp_path, write_suite)
     proc = warm_cli("run", suite, "--out", tmp_path / "out", timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rs = load(tmp_path / "out")
-    assert sorted(r.spec.batch_size for r in rs.memory_runs) == [8, 16, 32]
+    assert sorted(r.spec.sweep.batch_size for r in rs.memory_runs) == [8, 16, 32]
     assert all(r.status == "completed" and r.spec.backend == "jax" for r in rs.memory_runs)
     assert all("before any evaluation" in r.peak_memory.method for r in rs.memory_runs)
     [fit] = fit_sweep(rs.memory_runs)
@@ -325,7 +326,7 @@ def test_jax_out_of_memory_is_does_not_fit_and_other_errors_stay_errors(monkeypa
         oom = exc
     [spec] = [s for s in plan({"name": "t", "backend": "jax", "amp": "ampcert", "precisions": ["bf16"], "train": {"steps": 20},
                                "memory": {"batch_sizes": [16, 32, 64]}, "workloads": [{"workload": "resnet"}]})
-              if s.batch_size == 32]
+              if s.sweep.batch_size == 32]
 
     def raising(error):
         def _train(*args):
@@ -361,7 +362,7 @@ def test_a_sweep_batch_larger_than_the_training_set_is_refused_when_planned(tmp_
 def test_nvmls_view_is_kept_beside_each_point_where_it_was_sampled():
     specs = _sweep(precisions=("fp32",))
     runs = [_measured(s, 100 * MiB, MiB).model_copy(update={"telemetry": {"peak_memory": {
-        "gpu0.mem_used_bytes": {"value": 700.0 * MiB + s.batch_size * MiB, "unit": "bytes", "method": "nvml"},
+        "gpu0.mem_used_bytes": {"value": 700.0 * MiB + s.sweep.batch_size * MiB, "unit": "bytes", "method": "nvml"},
         "host.rss_bytes": {"value": 5e9, "unit": "bytes", "method": "rss"}}}}) for s in specs]
     fit = fit_sweep(runs)[0]
     assert [p.device_used_bytes for p in fit.points] == [(700 + b) * MiB for b in (16, 32, 64)]
@@ -409,9 +410,9 @@ def test_the_confirming_run_tries_the_smallest_budget_the_device_holds_and_is_re
     rs, stored, doc = _sweep_folder(tmp_path, "cpu", memory, _lines("cpu"))
     specs = confirming_runs(rs, stored, doc)
     # (512 - 200) MiB at 1 MiB a sample (fp32) and at 0.5 MiB (bf16); not limited on a CPU
-    assert [(s.precision, s.batch_size, s.confirms_budget, s.device_memory_limit) for s in specs] == [
+    assert [(s.precision, s.sweep.batch_size, s.sweep.confirms_budget, s.sweep.device_memory_limit) for s in specs] == [
         ("fp32", 312, 512 * MiB, None), ("bf16", 624, 512 * MiB, None)]
-    assert all(s.run_id.startswith(f"digits-{s.precision}-native-s0-b{s.batch_size}c-") for s in specs)
+    assert all(s.run_id.startswith(f"digits-{s.precision}-native-s0-b{s.sweep.batch_size}c-") for s in specs)
     assert [s.run_id for s in confirming_runs(rs, stored, doc)] == [s.run_id for s in specs]  # derived, stable
     fp32, bf16 = specs
     ran = [completed(fp32, final_metric=0.5, peak_memory=(200 + 312 - 4) * MiB),
@@ -435,11 +436,11 @@ def test_a_cpus_own_memory_is_not_confirmed_a_cuda_device_is_and_confirm_false_l
     assert confirming_runs(*cpu) == []  # the host's memory, shared with everything on it
     cuda = _sweep_folder(tmp_path, "cuda", {"batch_sizes": [16, 32, 64]}, _lines("cuda"))
     # the device's own 80 GiB: the card itself is the limit
-    assert [(s.batch_size, s.confirms_budget, s.device_memory_limit) for s in confirming_runs(*cuda)] == [
+    assert [(s.sweep.batch_size, s.sweep.confirms_budget, s.sweep.device_memory_limit) for s in confirming_runs(*cuda)] == [
         ((80 * 1024 - 200), 80 * 2**30, None), ((80 * 1024 - 200) * 2, 80 * 2**30, None)]
     # a suite's 24 GiB on it: a smaller card, emulated (set_per_process_memory_fraction in the worker)
     card = _sweep_folder(tmp_path / "card", "cuda", {"batch_sizes": [16, 32, 64], "budgets": ["24GiB"]}, _lines("cuda"))
-    assert [(s.batch_size, s.device_memory_limit) for s in confirming_runs(*card)] == [
+    assert [(s.sweep.batch_size, s.sweep.device_memory_limit) for s in confirming_runs(*card)] == [
         ((24 * 1024 - 200), 24 * 2**30), ((24 * 1024 - 200) * 2, 24 * 2**30)]
     off = _sweep_folder(tmp_path / "off", "cuda", {"batch_sizes": [16, 32, 64], "confirm": False}, _lines("cuda"))
     assert confirming_runs(*off) == []

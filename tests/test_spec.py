@@ -226,12 +226,12 @@ def test_an_injected_slowdown_changes_only_the_slowed_runs_ids():
     plain = parse_suite({"name": "t", "precisions": ["fp32", "bf16"], "workloads": [{"workload": "digits"}]})
     slowed = plain.model_copy(update={"inject_slowdown": {"bf16": 0.05}})
     before, after = expand(plain, "cpu"), expand(slowed, "cpu")
-    assert [r.injected_slowdown for r in after] == [0.0, 0.05]
+    assert [r.fault.injected_slowdown for r in after] == [0.0, 0.05]
     assert before[0].run_id == after[0].run_id and before[1].run_id != after[1].run_id
     # Not written where not set: results of ordinary runs keep their bytes.
     assert "injected_slowdown" not in before[1].model_dump_json()
     every = plain.model_copy(update={"inject_slowdown": {"all": 0.1}})
-    assert [r.injected_slowdown for r in expand(every, "cpu")] == [0.1, 0.1]
+    assert [r.fault.injected_slowdown for r in expand(every, "cpu")] == [0.1, 0.1]
 
 
 def test_a_memory_sweep_adds_short_runs_at_each_batch_beside_the_matrix():
@@ -241,9 +241,9 @@ def test_a_memory_sweep_adds_short_runs_at_each_batch_beside_the_matrix():
     before, after = expand(plain, "cpu"), expand(swept, "cpu")
     assert [r.run_id for r in after[:len(before)]] == [r.run_id for r in before]  # the matrix is untouched
     sweep = after[len(before):]
-    assert [(r.precision, r.batch_size, r.seed, r.train.steps) for r in sweep] == [
+    assert [(r.precision, r.sweep.batch_size, r.seed, r.train.steps) for r in sweep] == [
         (p, b, 3, 3) for p in ("fp32", "bf16") for b in (8, 16, 32)]
-    assert all(r.is_memory_sweep and r.run_id.split("-")[-2] == f"b{r.batch_size}" for r in sweep)
+    assert all(r.is_memory_sweep and r.run_id.split("-")[-2] == f"b{r.sweep.batch_size}" for r in sweep)
     assert len({r.run_id for r in after}) == len(after)
     # Not written where not set: results of ordinary runs keep their bytes.
     assert "batch_size" not in before[0].model_dump(mode="json", exclude={"params"}) and not before[0].is_memory_sweep
@@ -296,3 +296,63 @@ def test_a_whole_step_compiled_on_a_torch_that_cannot_trace_the_region_is_one_li
                           "needs torch 2.13 or newer (this is torch 2.11)", "use scope forward")
     suite.write_text(suite.read_text().replace("scope: step", "scope: forward"))
     assert run_cli("run", suite, "--dry-run", cwd=tmp_path, env=env).returncode == 0
+
+
+def test_a_run_spec_is_grouped_in_memory_and_stored_flat_as_schema_v1():
+    """launch, sweep point and fault are groups a feature reads; a stored RunSpec (plan.json,
+    result.json, report.json) keeps their fields flat, in their old order, and reads back whole."""
+    import json
+
+    from ampcert.report.model import json_schema
+    from ampcert.spec import FaultInjection, Launch, RunSpec, SweepPoint
+
+    suite = parse_suite({"name": "t", "precisions": ["fp32", "bf16"], "seeds": [0], "train": {"steps": 4},
+                         "launcher": "torchrun", "torchrun": {"nproc_per_node": 2, "rdzv_id": "job"},
+                         "inject_slowdown": {"bf16": 0.05},
+                         "memory": {"batch_sizes": [8, 16, 32], "confirm": False},
+                         "workloads": [{"workload": "digits"}]})
+    runs = expand(suite, "cpu")
+    slowed = next(r for r in runs if r.fault.injected_slowdown)
+    point = next(r for r in runs if r.is_memory_sweep)
+    assert slowed.launch == Launch(launcher="torchrun", nproc_per_node=2, rdzv_id="job") and slowed.world_size == 2
+    assert slowed.fault == FaultInjection(injected_slowdown=0.05) and slowed.sweep == SweepPoint()
+    assert point.sweep == SweepPoint(batch_size=8) and point.fault == FaultInjection()
+    for run in (slowed, point):
+        stored = json.loads(run.model_dump_json())
+        assert not {"launch", "sweep", "fault"} & set(stored)
+        keys = list(stored)
+        assert keys[keys.index("repeat") + 1:keys.index("repeat") + 8] == [
+            "launcher", "nproc_per_node", "nnodes", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "node_rank"]
+        again = RunSpec.model_validate_json(run.model_dump_json())
+        assert again == run and again.run_id == run.run_id
+    assert json.loads(slowed.model_dump_json())["injected_slowdown"] == 0.05
+    assert "batch_size" not in json.loads(slowed.model_dump_json())  # written only when set, as before
+    assert json.loads(point.model_dump_json())["batch_size"] == 8
+    # The published schema describes the stored form.
+    stored_spec = json.loads(json_schema())["$defs"]["RunSpec"]["properties"]
+    assert {"launcher", "nnodes", "batch_size", "injected_slowdown"} <= set(stored_spec)
+    assert not {"launch", "sweep", "fault"} & set(stored_spec)
+
+
+def test_a_run_spec_refuses_a_group_given_twice_and_a_job_given_twice_or_not_at_all():
+    from pydantic import ValidationError
+
+    from ampcert.own_job.entry import OwnJob
+    from ampcert.spec import RunSpec, SweepPoint, TrainBudget
+
+    base = {"suite": "s", "label": "digits", "workload": "digits", "params": {}, "backend": "torch",
+            "amp": "native", "policy": None, "precision": "fp32", "seed": 0, "device": "cpu",
+            "train": TrainBudget(steps=1), "timeout_s": 60}
+    with pytest.raises(ValidationError, match="give `launch` or its fields"):
+        RunSpec(**base, launch={"launcher": "torchrun", "nproc_per_node": 2}, nnodes=1)
+    with pytest.raises(ValidationError, match="a run trains one job"):
+        RunSpec(**{**base, "train": None})
+    job = OwnJob(argv=["python", "train.py"], workdir="/tmp", metric="accuracy", higher_is_better=True)
+    with pytest.raises(ValidationError, match="a run trains one job"):
+        RunSpec(**base, command=job)
+    with pytest.raises(ValidationError, match="an own job trains itself"):
+        RunSpec(**{**base, "train": None}, command=job, injected_slowdown=0.1)
+    with pytest.raises(ValidationError, match="needs its `batch_size`"):
+        SweepPoint(confirms_budget=1 << 30)
+    with pytest.raises(ValidationError, match="not below `nnodes`"):
+        RunSpec(**base, launcher="torchrun", nproc_per_node=2, nnodes=2, node_rank=2)

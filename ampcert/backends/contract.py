@@ -30,6 +30,7 @@ from pydantic import ConfigDict
 from ampcert.results import TrainedFields
 
 if TYPE_CHECKING:
+    from ampcert.spec import RunSpec
     from ampcert.telemetry import Series
 else:  # not imported at run time (nor validated): the worker's imports stay light
     Series = Any
@@ -49,12 +50,13 @@ class DoesNotFit(RunFailed):
     memory sweep's finding, recorded as a result, never a crash)."""
 
     @classmethod
-    def during(cls, device: str, batch_size: int | None, error: BaseException) -> DoesNotFit:
+    def during(cls, spec: RunSpec, error: BaseException) -> DoesNotFit:
         """The one reason both backends give: ``does not fit: out of cuda memory at batch 64
-        (<the framework's first line>)``."""
+        (<the framework's first line>)``, the batch a memory sweep's point trains at."""
         first = str(error).strip().splitlines()[0] if str(error).strip() else "out of memory"
-        at = f"batch {batch_size}" if batch_size is not None else "the workload's batch"
-        return cls(f"does not fit: out of {device} memory at {at} ({first})")
+        batch = spec.sweep.batch_size
+        at = f"batch {batch}" if batch is not None else "the workload's batch"
+        return cls(f"does not fit: out of {spec.device} memory at {at} ({first})")
 
 
 class Unsupported(RunFailed):

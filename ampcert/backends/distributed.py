@@ -75,7 +75,7 @@ class DistContext:
         """What the run result records about the data-parallel setup."""
         return {
             "launcher": "torchrun", "world_size": self.world, "backend": self.backend,
-            "nnodes": spec.nnodes, "nproc_per_node": spec.nproc_per_node,
+            "nnodes": spec.launch.nnodes, "nproc_per_node": spec.launch.nproc_per_node,
             "global_batch": batch_size, "per_rank_batch": batch_size // self.world,
             "sharding": f"rank r of {self.world} takes rows r::{self.world} of each seeded global batch",
             "wrapper": "torch.nn.parallel.DistributedDataParallel",

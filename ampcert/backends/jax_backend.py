@@ -86,7 +86,7 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
         return training_loop.train(run, progress)
     except Exception as exc:
         if _out_of_memory(exc):  # a finding at this batch, not a crash (a memory sweep's point)
-            raise DoesNotFit.during(spec.device, spec.batch_size, exc) from exc
+            raise DoesNotFit.during(spec, exc) from exc
         raise
 
 
@@ -281,8 +281,8 @@ class JaxFramework(loop.TaskData):
         return float(task.evaluate(functools.partial(_predict_host, self.predict, self.params, self.state),
                                    self.eval_x, self.eval_y))
 
-    def peak_memory(self, sweep: bool = False) -> Measured:
-        return _peak_memory(self.jdev, before_eval=sweep)
+    def peak_memory(self, training_only: bool = False) -> Measured:
+        return _peak_memory(self.jdev, before_eval=training_only)
 
     def finish(self, tally: training_loop.Tally) -> None:
         import jax

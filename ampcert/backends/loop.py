@@ -397,11 +397,11 @@ def sweep_problem(batch: int, n_train: int | None) -> str | None:
 
 def sweep_batch(spec: RunSpec, n_train: int | None) -> int:
     """The batch a memory-sweep run trains at: never silently fewer than asked (:func:`sweep_problem`)."""
-    assert spec.batch_size is not None
-    problem = sweep_problem(spec.batch_size, n_train)
+    assert spec.sweep.batch_size is not None
+    problem = sweep_problem(spec.sweep.batch_size, n_train)
     if problem is not None:
         raise Unsupported(f"{spec.workload}: {problem}")
-    return spec.batch_size
+    return spec.sweep.batch_size
 
 
 # --------------------------------------------------------------------------- loss scaling

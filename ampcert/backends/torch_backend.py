@@ -242,7 +242,7 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
     try:
         return training_loop.train(run, progress)
     except torch.OutOfMemoryError as exc:  # a finding at this batch, not a crash (a memory sweep's point)
-        raise DoesNotFit.during(spec.device, spec.batch_size, exc) from exc
+        raise DoesNotFit.during(spec, exc) from exc
 
 
 class TorchFramework(loop.TaskData):
@@ -384,8 +384,8 @@ class TorchFramework(loop.TaskData):
         model.train()
         return value
 
-    def peak_memory(self, sweep: bool = False) -> Measured:
-        return _peak_memory(self.device, after_warmup=sweep)
+    def peak_memory(self, training_only: bool = False) -> Measured:
+        return _peak_memory(self.device, after_warmup=training_only)
 
     def finish(self, tally: training_loop.Tally) -> None:
         tally.weights_sha256 = weights_digest(self.model)

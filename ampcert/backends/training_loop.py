@@ -190,8 +190,9 @@ class Framework(Protocol):
     def evaluate(self) -> float:
         """The eval metric of the model as it stands (NaN where this process does not evaluate)."""
 
-    def peak_memory(self, sweep: bool = False) -> Measured:
-        """The run's peak memory; ``sweep``: training's, for a memory-sweep point."""
+    def peak_memory(self, training_only: bool = False) -> Measured:
+        """The run's peak memory; ``training_only``: over training alone, before any evaluation,
+        as what a card must hold (a memory-sweep point's result)."""
 
     def forget_peak_memory(self) -> None:
         """Start the peak afresh where the device can (a sweep point leaves its warm-up out)."""

@@ -155,7 +155,7 @@ def published_row(folder: Path, rec: PublishedBenchmark, pricing: Pricing, price
 def _accelerators(r: RunResult) -> int:
     if r.spec.device != "cuda":
         return 0
-    return r.spec.nproc_per_node * r.spec.nnodes if r.spec.launcher == "torchrun" else 1
+    return r.spec.world_size
 
 
 def measured_rows(folder: Path, rs: ResultSet, benchmark: str, pricing: Pricing, price: float | None,
@@ -178,7 +178,7 @@ def measured_rows(folder: Path, rs: ResultSet, benchmark: str, pricing: Pricing,
         notes = [f"no time to train: {why}"] if why else []
         if not accelerators:
             notes.append("no accelerator-hours: trained on a CPU")
-        elif first.spec.command is not None and first.spec.launcher == "process":
+        elif first.spec.command is not None and first.spec.launch.launcher == "process":
             notes.append("accelerators: 1 GPU counted per run (an own job's own launcher may use more; "
                          "ampcert does not know how many)")
         row: dict[str, Any] = {

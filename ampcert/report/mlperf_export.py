@@ -66,8 +66,8 @@ def org_folder_name(org: str) -> str:
 def system_id(r: RunResult) -> str:
     spec = r.spec
     parts = [spec.submission.platform or spec.device, spec.backend, spec.amp, spec.precision]
-    if spec.launcher == "torchrun" and spec.nnodes * spec.nproc_per_node > 1:
-        parts.append(f"{spec.nnodes}x{spec.nproc_per_node}")
+    if spec.world_size > 1:
+        parts.append(f"{spec.launch.nnodes}x{spec.launch.nproc_per_node}")
     return "_".join(slug(p) for p in parts)
 
 
@@ -88,7 +88,7 @@ def system_description(r: RunResult, environment: dict[str, Any], tool: str) -> 
     cpu, gpu, packages = (_mapping(environment.get(k)) for k in ("cpu", "gpu", "packages"))
     run_env = r.environment or {}
     on_gpu = spec.device == "cuda"
-    gpus_per_node = (spec.nproc_per_node if spec.launcher == "torchrun" else 1) if on_gpu else 0
+    gpus_per_node = (spec.launch.nproc_per_node if spec.launch.launcher == "torchrun" else 1) if on_gpu else 0
     devices = [d for d in gpu.get("devices") or [] if isinstance(d, dict)] if isinstance(gpu.get("devices"), list) else []
     accelerator = str(run_env.get("device_name") or (devices[0].get("name") if devices else "") or "") if on_gpu else "N/A"
     name, package = FRAMEWORKS.get(spec.backend, (spec.backend, spec.backend))
@@ -108,7 +108,7 @@ def system_description(r: RunResult, environment: dict[str, Any], tool: str) -> 
         "status": AVAILABILITY[spec.submission.status],
         "system_name": f"{spec.submission.platform or spec.device} ({spec.backend}, {spec.amp} AMP, "
                        f"{spec.precision})",
-        "number_of_nodes": str(spec.nnodes if spec.launcher == "torchrun" else 1),
+        "number_of_nodes": str(spec.launch.nnodes if spec.launch.launcher == "torchrun" else 1),
         "host_processors_per_node": str(sockets or 1),
         "host_processor_model_name": str(cpu.get("model") or ""),
         "host_processor_core_count": str(cpu.get("physical_cores") or ""),

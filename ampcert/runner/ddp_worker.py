@@ -82,11 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec.model_validate_json(Path(args.spec).read_text(encoding="utf-8"))
     if world != spec.world_size:
         print(f"ampcert: error: torchrun started {world} ranks, but the run was planned for "
-              f"{spec.world_size} (nnodes {spec.nnodes} x nproc_per_node {spec.nproc_per_node})", file=sys.stderr)
+              f"{spec.world_size} (nnodes {spec.launch.nnodes} x nproc_per_node {spec.launch.nproc_per_node})", file=sys.stderr)
         return ERROR
     if rank != 0 and local_rank == 0 and node != 0:
         # This node trains, but rank 0 (and so the result) lives on another node.
-        (channel / "node.json").write_text(json.dumps({"node_rank": node, "nnodes": spec.nnodes, "rank": rank}))
+        (channel / "node.json").write_text(json.dumps({"node_rank": node, "nnodes": spec.launch.nnodes, "rank": rank}))
 
     import datetime
 

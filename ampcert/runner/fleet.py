@@ -111,7 +111,7 @@ class Executor(Protocol):
 
 
 def resources(spec: RunSpec, cpus_per_run: int) -> Resources:
-    ranks = spec.nproc_per_node if spec.launcher == "torchrun" else 1
+    ranks = spec.launch.nproc_per_node if spec.launch.launcher == "torchrun" else 1
     return Resources(cpus=cpus_per_run * ranks, gpus=ranks if spec.device == "cuda" else 0)
 
 
@@ -119,8 +119,8 @@ def check_runs(runs: Sequence[RunSpec], executor: str) -> None:
     """What no executor but local can run: a multi-node torchrun world is one
     rendezvous started on each node by hand (see docs/distributed.md)."""
     for spec in runs:
-        if spec.launcher == "torchrun" and spec.nnodes > 1:
-            raise UserError(f"run {spec.run_id}: a torchrun world of {spec.nnodes} nodes is started on each node "
+        if spec.launch.launcher == "torchrun" and spec.launch.nnodes > 1:
+            raise UserError(f"run {spec.run_id}: a torchrun world of {spec.launch.nnodes} nodes is started on each node "
                             f"(`ampcert run --executor local` there); --executor {executor} places one-node runs")
 
 

@@ -31,10 +31,11 @@ from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any, Protocol
 
+from ampcert.frameworks import missing_framework, require_backend
 from ampcert.results import ResultsDir, RunResult
 from ampcert.runner import signals
 from ampcert.runner.procs import STOP_SIGNALS
-from ampcert.spec import RunSpec, missing_framework, require_backend
+from ampcert.spec import RunSpec
 from ampcert.vocabulary import Event
 
 # Imported once in the forkserver, so each worker starts with them loaded.
@@ -229,7 +230,7 @@ def local_run(spec: RunSpec, root: Path) -> RunningRun:
         from ampcert.own_job.run import OwnJobRun
 
         return OwnJobRun(spec, root)
-    if spec.launcher == "torchrun":  # data-parallel ranks under torch.distributed.run
+    if spec.launch.launcher == "torchrun":  # data-parallel ranks under torch.distributed.run
         from ampcert.runner.torchrun import TorchrunRun
 
         return TorchrunRun(spec, root)

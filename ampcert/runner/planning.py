@@ -121,8 +121,8 @@ def check_memory_sweep(runs: list[RunSpec], suite_path: Path) -> None:
             build = workload.build if run.backend == "torch" else getattr(workload, "build_jax")  # noqa: B009
             task = build(params, run.seed, "cpu")  # planning refused a JAX suite of a workload without build_jax
             sizes[key] = None if task.train_x is None else len(task.train_x)
-        assert run.batch_size is not None
-        problem = sweep_problem(run.batch_size, sizes[key])
+        assert run.sweep.batch_size is not None
+        problem = sweep_problem(run.sweep.batch_size, sizes[key])
         if problem is not None:
             raise UserError(f"{suite_path}: memory: workload {run.label!r}: {problem}")
 
@@ -309,7 +309,7 @@ def dump_plan_table(runs: list[RunSpec]) -> list[dict[str, Any]]:
          "seed": r.seed, "device": r.device, "steps": r.step_limit,
          "target": r.target, "accelerated": r.accelerated,
          "note": "; ".join(filter(None, [("skipped: " if r.skip_reason else "") + ("" if r.accelerated else "not accelerated"),
-                                         f"slowed {r.injected_slowdown:.0%} on purpose" if r.injected_slowdown else "",
-                                         f"memory sweep at batch {r.batch_size}" if r.is_memory_sweep else ""]))}
+                                         f"slowed {r.fault.injected_slowdown:.0%} on purpose" if r.fault.injected_slowdown else "",
+                                         f"memory sweep at batch {r.sweep.batch_size}" if r.is_memory_sweep else ""]))}
         for r in runs
     ]

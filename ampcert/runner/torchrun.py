@@ -39,24 +39,25 @@ def command(spec: RunSpec, spec_file: Path, root: Path, channel: Path, *,
     a one-node run with none of them uses ``--standalone`` (a private
     rendezvous on a free port, so concurrent suites never collide)."""
     env = os.environ if environ is None else environ
+    launch = spec.launch
     cmd = [sys.executable, "-m", "torch.distributed.run",
-           "--nproc_per_node", str(spec.nproc_per_node), "--nnodes", str(spec.nnodes),
+           "--nproc_per_node", str(launch.nproc_per_node), "--nnodes", str(launch.nnodes),
            "--max_restarts", "0"]
-    rendezvous = any(v is not None for v in (spec.rdzv_backend, spec.rdzv_endpoint, spec.rdzv_id, spec.node_rank))
+    rendezvous = any(v is not None for v in (launch.rdzv_backend, launch.rdzv_endpoint, launch.rdzv_id, launch.node_rank))
     from_env = any(k in env for k in ("PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "PET_MASTER_ADDR"))
-    if spec.nnodes == 1 and not rendezvous and not from_env:
+    if launch.nnodes == 1 and not rendezvous and not from_env:
         cmd.append("--standalone")
     else:
-        if spec.rdzv_backend is not None:
-            cmd += ["--rdzv_backend", spec.rdzv_backend]
-        if spec.rdzv_endpoint is not None:
-            cmd += ["--rdzv_endpoint", spec.rdzv_endpoint]
+        if launch.rdzv_backend is not None:
+            cmd += ["--rdzv_backend", launch.rdzv_backend]
+        if launch.rdzv_endpoint is not None:
+            cmd += ["--rdzv_endpoint", launch.rdzv_endpoint]
         # One rendezvous per run: the nodes meet again for the next run of the
         # suite under a new id, never in the previous run's closed rendezvous.
-        base = spec.rdzv_id if spec.rdzv_id is not None else env.get("PET_RDZV_ID")
+        base = launch.rdzv_id if launch.rdzv_id is not None else env.get("PET_RDZV_ID")
         cmd += ["--rdzv_id", f"{base}-{spec.run_id}" if base else spec.run_id]
-        if spec.node_rank is not None:
-            cmd += ["--node_rank", str(spec.node_rank)]
+        if launch.node_rank is not None:
+            cmd += ["--node_rank", str(launch.node_rank)]
     cmd += ["-m", "ampcert.runner.ddp_worker", "--spec", str(spec_file), "--root", str(root),
             "--channel", str(channel)]
     if orchestrator is not None:

@@ -27,9 +27,10 @@ from ampcert.backends.contract import (
     Unsupported,
 )
 from ampcert.errors import UserError, WriteFailed
+from ampcert.frameworks import require_backend
 from ampcert.results import FailureKind, Phases, ResultsDir, RunResult, atomic_write_json
 from ampcert.runner.procs import STOP_SIGNALS
-from ampcert.spec import RunSpec, require_backend
+from ampcert.spec import RunSpec
 
 
 def now_iso() -> str:

@@ -105,7 +105,7 @@ def audit_torch(device: str = "cpu", policy: str | None = None, dtype: str | Non
     """Compare ampcert's torch autocast with native torch.autocast on real tensors."""
     check_choice("device", device, DEVICES)
     check_choice("dtype", dtype, DTYPES, optional=True)
-    from ampcert.spec import require_backend
+    from ampcert.frameworks import require_backend
 
     with interruptible():
         require_backend("torch", "audit --backend torch")
@@ -158,7 +158,8 @@ def screen_fp8(workload: str, params: str | None = None, precision: Precision = 
     from pydantic import ValidationError
 
     from ampcert.configio import load_yaml, validation_message, yaml_problem
-    from ampcert.spec import Fp8, require_backend
+    from ampcert.frameworks import require_backend
+    from ampcert.spec import Fp8
 
     with interruptible():
         require_backend("torch", "screen")

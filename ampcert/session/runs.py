@@ -171,7 +171,7 @@ def _confirm_memory(root: Path, executor: Executor, retry_failed: bool, emit: On
     todo = pending_runs(rd, confirm, retry_failed, emit)
     if not todo:
         return
-    emit({"kind": "confirm", "runs": [(spec.run_id, spec.confirms_budget) for spec in todo]})
+    emit({"kind": "confirm", "runs": [(spec.run_id, spec.sweep.confirms_budget) for spec in todo]})
     if fleet.local:
         executor.check(todo, fleet.run_cpus)
     run_fleet(root, todo, executor, retries=fleet.run_retries, cpus_per_run=fleet.run_cpus,

@@ -43,13 +43,13 @@ def _folder(root: Path, budgets: list[str] | None) -> Path:
     for spec in plan(suite):
         if not spec.is_memory_sweep:
             runs.append(completed(spec, final_metric=0.9))
-        elif (spec.precision, spec.batch_size) == OOM_AT:
+        elif (spec.precision, spec.sweep.batch_size) == OOM_AT:
             runs.append(failed(spec, "CUDA out of memory. Tried to allocate 2.00 GiB",
                                failure=FailureKind.OUT_OF_MEMORY))
         else:
             fixed, per_sample = LINES[spec.precision]
-            runs.append(completed(spec, final_metric=0.9, batch=spec.batch_size,
-                                  peak_memory=fixed + per_sample * spec.batch_size))
+            runs.append(completed(spec, final_metric=0.9, batch=spec.sweep.batch_size,
+                                  peak_memory=fixed + per_sample * spec.sweep.batch_size))
     write_results(root, runs, suite=suite["name"])
     rd = ResultsDir(root)
     rd.suite_file.write_text(yaml.safe_dump(suite, sort_keys=False), encoding="utf-8")

@@ -73,9 +73,9 @@ def test_suite_launcher_fields_expand_per_entry():
                        "torchrun": {"nproc_per_node": 2, "nnodes": 2, "node_rank": 1}}],
     })
     plain, ddp, ddp4 = expand(suite, "cpu")
-    assert (plain.launcher, plain.world_size) == ("process", 1)
-    assert (ddp.launcher, ddp.world_size, ddp.rdzv_id) == ("torchrun", 2, "job")
-    assert (ddp4.world_size, ddp4.node_rank, ddp4.rdzv_id) == (4, 1, None)
+    assert (plain.launch.launcher, plain.world_size) == ("process", 1)
+    assert (ddp.launch.launcher, ddp.world_size, ddp.launch.rdzv_id) == ("torchrun", 2, "job")
+    assert (ddp4.world_size, ddp4.launch.node_rank, ddp4.launch.rdzv_id) == (4, 1, None)
 
 
 @pytest.mark.parametrize("fields, expected", [
@@ -230,7 +230,7 @@ def test_two_gloo_ranks_match_the_single_process_run_and_fail_like_workers(tmp_p
     runs = {r.spec.label: r for r in load(out).runs}
     single, ddp = runs["digits"], runs["digits-ddp"]
     assert single.status == ddp.status == "completed", ddp.reason
-    assert (single.spec.launcher, ddp.spec.launcher, ddp.spec.world_size) == ("process", "torchrun", 2)
+    assert (single.spec.launch.launcher, ddp.spec.launch.launcher, ddp.spec.world_size) == ("process", "torchrun", 2)
     assert ddp.final_metric == pytest.approx(single.final_metric, abs=0.01)
     assert len(ddp.loss) == len(single.loss) == 30 and ddp.train_samples == single.train_samples == 30 * 64
     assert ddp.loss == pytest.approx(single.loss, rel=1e-4, abs=1e-5)

@@ -19,6 +19,7 @@ from ampcert.errors import BadArgument
 from ampcert.results import FailureKind, ResultsDir
 from ampcert.runner.executors import FleetOptions
 from ampcert.runner.fleet import FLEET_LOG, Lost, Resources, resources, run_fleet, store_payload
+from ampcert.spec import Launch
 
 SPECS = plan({"name": "fleet", "precisions": ["fp32", "bf16"], "seeds": [0, 1],
               "workloads": [{"workload": "digits"}]})
@@ -154,7 +155,7 @@ def test_resources_come_from_the_spec():
     assert resources(spec, 3) == Resources(cpus=3, gpus=0)
     gpu = spec.model_copy(update={"device": "cuda"})
     assert resources(gpu, 1) == Resources(cpus=1, gpus=1)
-    ddp = gpu.model_copy(update={"launcher": "torchrun", "nproc_per_node": 4})
+    ddp = gpu.model_copy(update={"launch": Launch(launcher="torchrun", nproc_per_node=4)})
     assert resources(ddp, 2) == Resources(cpus=8, gpus=4)
 
 

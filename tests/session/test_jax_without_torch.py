@@ -164,6 +164,7 @@ def test_a_jax_suite_without_jax_names_the_extra(tmp_path):
 
 def test_resuming_a_torch_folder_without_torch_stops_before_any_run(tmp_path, monkeypatch):
     """A folder planned on a machine with torch and resumed on one without."""
+    from ampcert import frameworks
     from ampcert import spec as spec_mod
     from ampcert.errors import UserError
     from ampcert.runner.local_executor import LocalExecutor
@@ -171,8 +172,8 @@ def test_resuming_a_torch_folder_without_torch_stops_before_any_run(tmp_path, mo
     run = spec_mod.RunSpec(suite="s", label="digits", workload="digits", params={}, backend="torch",
                            amp="native", policy=None, precision="fp32", seed=0, device="cpu",
                            train=spec_mod.TrainBudget(steps=1), timeout_s=60)
-    installed = spec_mod._installed
-    monkeypatch.setattr(spec_mod, "_installed", lambda module: module != "torch" and installed(module))
+    installed = frameworks._installed
+    monkeypatch.setattr(frameworks, "_installed", lambda module: module != "torch" and installed(module))
     with pytest.raises(UserError, match=r"backend torch needs PyTorch, which is not installed: "
                                         r"pip install 'ampcert\[torch\]'"):
         LocalExecutor(tmp_path).check([run], cpus_per_run=1)  # what the driver asks before any run

@@ -43,11 +43,11 @@ class Entry:
 REGISTRY: tuple[Entry, ...] = (
     Entry("memory sweep", ("torch", "jax"), lambda spec: spec.is_memory_sweep, "memory_sweep:MemorySweepPoint"),
     Entry("fp8", ("torch",), lambda spec: spec.precision in FP8_PRECISIONS, "fp8:Fp8Layers"),
-    Entry("torchrun", ("torch",), lambda spec: spec.launcher == "torchrun", "torchrun:TorchrunRanks"),
+    Entry("torchrun", ("torch",), lambda spec: spec.launch.launcher == "torchrun", "torchrun:TorchrunRanks"),
     Entry("precision probe", ("torch",), lambda spec: True, "precision_probe:TorchPrecisionProbe"),
     Entry("precision probe", ("jax",), lambda spec: True, "precision_probe:JaxPrecisionProbe"),
     Entry("compile scope", ("torch",), lambda spec: spec.torch_compile is not None, "compile_scope:CompileScope"),
-    Entry("injected slowdown", ("torch", "jax"), lambda spec: bool(spec.injected_slowdown),
+    Entry("injected slowdown", ("torch", "jax"), lambda spec: bool(spec.fault.injected_slowdown),
           "slowdown:InjectedSlowdown"),
 )
 

@@ -14,8 +14,8 @@ class MemorySweepPoint(Feature):
         self.peak: Measured | None = None
 
     def started(self, run: Run) -> None:
-        if run.spec.device_memory_limit is not None:
-            run.framework.limit_device_memory(run.spec.device_memory_limit)
+        if run.spec.sweep.device_memory_limit is not None:
+            run.framework.limit_device_memory(run.spec.sweep.device_memory_limit)
 
     def built(self, run: Run) -> None:
         # Never silently fewer than asked (loop.sweep_problem).
@@ -28,7 +28,7 @@ class MemorySweepPoint(Feature):
 
     def after_window(self, run: Run, step: int) -> None:
         if self.peak is None:  # training's peak, before any evaluation
-            self.peak = run.framework.peak_memory(sweep=True)
+            self.peak = run.framework.peak_memory(training_only=True)
 
     def contribute(self, run: Run, tally: Tally) -> None:
         tally.peak_memory = self.peak

@@ -13,4 +13,4 @@ class InjectedSlowdown(Feature):
         fw = run.framework
         if fw.clock.counts(step):  # not a first step timed apart (JAX's compiling step)
             fw.sync()
-            loop.hold_step(run.spec.injected_slowdown, run.step_started)
+            loop.hold_step(run.spec.fault.injected_slowdown, run.step_started)
