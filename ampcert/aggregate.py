@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from ampcert.amp.precision import REFERENCE
+from ampcert.amp.precision import RECIPE_PRECISIONS, REFERENCE
 from ampcert.results import RunResult
 from ampcert.steady_state import SteadyState, steady_state, steady_steps
 from ampcert.vocabulary import Subject
@@ -27,7 +27,8 @@ from ampcert.vocabulary import Subject
 GroupKey = Subject
 
 # Tables list the reference first, then the low precisions widest-exponent first.
-TABLE_ORDER = ("fp32", "bf16", "fp16", "fp8", "mxfp8")
+# The precision recipes (amp/recipes.py) after the plain precisions, in the table's order.
+TABLE_ORDER = ("fp32", "bf16", "fp16", "fp8", "mxfp8", *RECIPE_PRECISIONS)
 
 
 def group_key(r: RunResult) -> Subject:

@@ -156,7 +156,7 @@ def fit_sweep(runs: Iterable[RunResult], budgets: Iterable[int] = (), device_byt
             fit.saving = _saving(fit, ref)
             if fit.saving is not None and fit.saving.note:
                 fit.note = "; ".join(filter(None, [fit.note, fit.saving.note]))
-    order = {p: i for i, p in enumerate(TABLE_ORDER)}
+    order: dict[str, int] = {p: i for i, p in enumerate(TABLE_ORDER)}
     return [fits[s] for s in sorted(fits, key=lambda s: (s.workload, s.backend, s.amp,
                                                           order.get(s.precision, len(order)), s.precision))]
 

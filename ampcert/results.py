@@ -181,6 +181,25 @@ class Fp8Stats(_Model):
     layers: list[Fp8Layer]
 
 
+class TrainingState(_Model):
+    """What training holds for its parameters, in bytes, read from the run's own tensors
+    after its first window (the optimizer's state exists by then): the weights, their
+    gradients and the optimizer's state (a tensor subclass, such as torchao's 8-bit
+    state, counted by the plain tensors it is made of). Per rank under torchrun. What a
+    precision recipe saves is here; the activations' bytes per sample are the memory
+    sweep's (ampcert/memory.py)."""
+
+    parameters: int = Field(description="trainable parameters (elements)")
+    weights_dtype: str
+    optimizer: str = Field(description="the optimizer's class, as the run trained with it")
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_state_bytes: int
+
+    def per_parameter(self, part_bytes: int) -> float | None:
+        return part_bytes / self.parameters if self.parameters else None
+
+
 class TrainedFields(_Model):
     """The fields of a :class:`RunResult` that training fills in, declared once:
     what the run trained and measured, how it was set up (policy, determinism,
@@ -232,6 +251,9 @@ class TrainedFields(_Model):
     fp8: Fp8Stats | None = Field(
         default=None, exclude_if=lambda v: v is None,
         description="the FP8 recipe, whose Linear trained, and the per-layer eligibility map (fp8/mxfp8 runs)")
+    training_state: TrainingState | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="bytes of the weights, gradients and optimizer state (torch runs; precision recipes' memory)")
     accelerated: bool = True
     capability_note: str = ""
     amp_policy: dict[str, Any] | None = Field(default=None, description="the autocast policy: name and sha256 (and, for ampcert's torch autocast, the engine that decided the casts)")

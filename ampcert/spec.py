@@ -37,6 +37,7 @@ from ampcert.amp.precision import (  # noqa: F401 - PRECISIONS re-exported for s
     PRECISIONS,
     Precision,
 )
+from ampcert.amp.recipes import RECIPES
 from ampcert.configio import canonical_json, read_yaml, validation_message
 from ampcert.errors import UserError
 from ampcert.frameworks import installed_release, require_backend
@@ -303,6 +304,8 @@ class WorkloadEntry(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
     train: TrainBudget | None = None
     precisions: list[Precision] | None = None
+    # The precision recipes this entry trains (None: the suite's; [] none).
+    recipes: list[Precision] | None = None
     seeds: list[int] | None = None
     timeout_s: PositiveInt | None = None
     # fp16 trains with dynamic loss scaling; `false` turns it off (numerics
@@ -366,6 +369,9 @@ class Suite(_Strict):
     policy: str | None = None
     device: Device = "auto"
     precisions: list[Precision] = Field(default_factory=lambda: list(AUTOCAST_PRECISIONS), min_length=1)
+    # Precision recipes (amp/recipes.py: bf16-true, bf16-state, ...), each run and certified
+    # beside the precisions as a precision is: every entry trains them too.
+    recipes: list[Precision] = Field(default_factory=list)
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     # None: each workload's declared budget (its target quality and step cap).
     train: TrainBudget | None = None
@@ -414,12 +420,14 @@ class Suite(_Strict):
                                  "training step (torch.compile); the JAX backend always jit-compiles its step")
             if len(set(self.compile_of(entry))) != len(self.compile_of(entry)):
                 raise ValueError(f"workload {entry.label!r}: `compile` lists a value twice")
-            fp8 = [p for p in entry.precisions or self.precisions if p in FP8_PRECISIONS]
+            fp8 = [p for p in self.precisions_of(entry) if p in FP8_PRECISIONS]
             if fp8 and self.backend != "torch":
                 raise ValueError(f"workload {entry.label!r}: precision {fp8[0]} is not supported by the JAX backend "
                                  "(ampcert's FP8 scales Linear layers of torch models; see docs/policies.md, "
                                  "\"FP8 and MXFP8\"): train it with `backend: torch`")
-        listed: list[tuple[str, list[Any]]] = [("precisions", list(self.precisions)), ("seeds", list(self.seeds))]
+        self._check_recipes()
+        listed: list[tuple[str, list[Any]]] = [("precisions", list(self.precisions)), ("recipes", list(self.recipes)),
+                                               ("seeds", list(self.seeds))]
         for where, values in listed:
             if len(set(values)) != len(values):
                 raise ValueError(f"`{where}` lists a value twice: {values}")
@@ -443,6 +451,32 @@ class Suite(_Strict):
                                  "`torchrun: {nproc_per_node: N}` (in the suite or the entry)")
         return self
 
+    def _check_recipes(self) -> None:
+        plain = [name for name in [*self.recipes, *(r for e in self.workloads for r in e.recipes or [])]
+                 if name not in RECIPES]
+        if plain:
+            raise ValueError(f"`recipes` names {plain[0]}, a precision: list it under `precisions` "
+                             f"(the recipes: {', '.join(RECIPES)})")
+        for entry in self.workloads:  # a recipe listed under `precisions` trains as one under `recipes`
+            for name in (p for p in self.precisions_of(entry) if p in RECIPES):
+                recipe = RECIPES[name]
+                if self.backend not in recipe.frameworks:
+                    raise ValueError(f"recipe {name} trains with {' or '.join(recipe.frameworks)}; "
+                                     f"this suite's backend is {self.backend}")
+                if entry.command is not None:  # it trains itself, told the recipe's name (AMPCERT_PRECISION)
+                    continue
+                tr = self.torchrun_of(entry)
+                world = tr.nnodes * tr.nproc_per_node if tr is not None else 1
+                if recipe.needs_ranks and (self.launcher_of(entry) != "torchrun" or world < 2):
+                    raise ValueError(f"recipe {name} reduces gradients across ranks in {recipe.reduce}: workload "
+                                     f"{entry.label!r} needs `launcher: torchrun` with two or more ranks")
+
+    def precisions_of(self, entry: WorkloadEntry) -> list[Precision]:
+        """What the entry trains in: its precisions (or the suite's), then its recipes (or the suite's)."""
+        own = list(entry.precisions or self.precisions)
+        recipes = entry.recipes if entry.recipes is not None else self.recipes
+        return own + [r for r in recipes if r not in own]
+
     def _check_injection(self) -> None:
         if not self.inject_slowdown:
             return
@@ -452,7 +486,7 @@ class Suite(_Strict):
                              "trains itself (slow it in its own code)")
         if "all" in self.inject_slowdown and len(self.inject_slowdown) > 1:
             raise ValueError("`inject_slowdown` gives `all` and a precision: give one or the other")
-        trained = {p for e in self.workloads for p in e.precisions or self.precisions}
+        trained = {p for e in self.workloads for p in self.precisions_of(e)}
         unknown = [p for p in self.inject_slowdown if p != "all" and p not in trained]
         if unknown:
             raise ValueError(f"`inject_slowdown` names {unknown[0]}, which no entry trains "
@@ -872,7 +906,7 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, 
                   for compiled, label in zip(suite.compile_of(entry), suite.labels_of(entry), strict=True)
                   # repeat 0 of every seed, then `repeats` reruns of the first seed
                   for seed, repeat in [(s, 0) for s in seeds] + [(seeds[0], r) for r in range(1, repeats + 1)]
-                  for precision in entry.precisions or suite.precisions]
+                  for precision in suite.precisions_of(entry)]
         for compiled, label, precision, seed, repeat in matrix:
             runs.append(
                 _run_spec(
@@ -926,7 +960,7 @@ def _memory_runs(suite: Suite, entry: WorkloadEntry, sweep: MemorySweep, like: R
                 "torch_compile": suite.torch_compile if compiled else None,
                 "fp8": suite.fp8_of(entry) if precision in FP8_PRECISIONS else None})
             for compiled, label in zip(suite.compile_of(entry), suite.labels_of(entry), strict=True)
-            for precision in entry.precisions or suite.precisions
+            for precision in suite.precisions_of(entry)
             for batch in sweep.batch_sizes]
 
 

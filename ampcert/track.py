@@ -40,10 +40,13 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ampcert import mllog
+from ampcert.amp.recipes import RECIPES
 
 __all__ = ["Env", "Tracker", "env", "start"]
 
-PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
+# A precision recipe's name (amp/recipes.py) is a precision too: a job told `bf16-true`
+# trains that recipe its own way (the Lightning integration: Lightning's bf16-true).
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8", *RECIPES)
 AMPS = ("native", "ampcert")
 DEVICES = ("cpu", "cuda")
 STATUSES = ("success", "aborted")
@@ -69,7 +72,7 @@ class Env:
     ``fp32``, amp ``native``, the rest None; :attr:`under_ampcert` tells.
     """
 
-    precision: str = "fp32"       # AMPCERT_PRECISION: fp32 | bf16 | fp16 | fp8
+    precision: str = "fp32"       # AMPCERT_PRECISION: fp32 | bf16 | fp16 | fp8 | a recipe (bf16-true, ...)
     seed: int | None = None       # AMPCERT_SEED
     amp: str = "native"           # AMPCERT_AMP: native (the framework's AMP) | ampcert (ampcert.amp)
     run_dir: Path | None = None   # AMPCERT_RUN_DIR: a folder for the job's own files
@@ -251,7 +254,7 @@ class Tracker:
         watched_comm = False
         if world > 1 and hasattr(model, "register_comm_hook"):
             try:
-                torch_precision.record_comm_dtype(model, probe.observed)
+                model.register_comm_hook(None, torch_precision.observing_comm(None, probe.observed))
                 watched_comm = True
             except RuntimeError:  # the job registered its own comm hook
                 pass

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-Precision = Literal["fp32", "fp16", "bf16", "fp8", "mxfp8"]
+from ampcert.amp.recipes import RECIPES
+
+# The precision recipes (amp/recipes.py) are precisions too, each named once there: a test
+# holds this list equal to RECIPES.
+Precision = Literal["fp32", "fp16", "bf16", "fp8", "mxfp8",
+                    "bf16-true", "bf16-true-sr", "bf16-state", "bf16-adamw8bit", "bf16-reduce"]
 # In the order suites, tables and reports list them: the reference first.
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 REFERENCE: Precision = "fp32"
@@ -22,6 +27,8 @@ LOW_PRECISIONS: tuple[Precision, ...] = ("fp16", "bf16")
 # floats with scales (amp/torch/fp8.py), everything else runs bf16 autocast.
 FP8_PRECISIONS: tuple[Precision, ...] = ("fp8", "mxfp8")
 FP8_BASE: Precision = "bf16"
+# The recipes: a low precision's weights, optimizer state or reduction chosen apart.
+RECIPE_PRECISIONS: tuple[Precision, ...] = tuple(p for p in PRECISIONS if p in RECIPES)
 
 # The dtype's name, the same in torch (``torch.bfloat16``), numpy/JAX
 # (``jnp.bfloat16``) and in the dtype strings both frameworks print.
@@ -43,8 +50,21 @@ def dtype_name(precision: str) -> str:
 def autocast_precision(precision: str) -> str:
     """The precision autocast runs in for ``precision``: itself, or bf16 for the
     FP8 precisions (their non-FP8 ops run in bf16, as torchao and Transformer
-    Engine recipes do)."""
-    return FP8_BASE if precision in FP8_PRECISIONS else precision
+    Engine recipes do); for a recipe, its base where it runs autocast, else fp32
+    (a true recipe runs no autocast: its model is in the low precision itself)."""
+    if precision in FP8_PRECISIONS:
+        return FP8_BASE
+    recipe = RECIPES.get(precision)
+    if recipe is not None:
+        return recipe.base if recipe.autocast else REFERENCE
+    return precision
+
+
+def base_precision(precision: str) -> str:
+    """The plain precision ``precision`` is built on: a recipe's base (bf16 for bf16-true),
+    else itself. The device's capability, and a rule that names it, are the base's."""
+    recipe = RECIPES.get(precision)
+    return recipe.base if recipe is not None else precision
 
 
 def precision_of(dtype: object) -> Precision | None:

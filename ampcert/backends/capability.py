@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ampcert.amp.precision import FP8_PRECISIONS, REFERENCE, Precision, dtype_name
+from ampcert.amp.precision import FP8_PRECISIONS, REFERENCE, Precision, base_precision, dtype_name
 from ampcert.resources import config_path
 
 SPEEDUP_THRESHOLD = 1.1
@@ -85,7 +85,11 @@ def probe(device: str, precisions: list[str], backend: str = "torch") -> dict[st
         "fp32": {"accelerated": True, "speedup_vs_fp32": 1.0, "note": "reference precision",
                  "measured_flops": flops / base}
     }
-    for precision in precisions:
+    # A recipe computes in its base precision: the base is timed (once), and the recipe
+    # takes its finding.
+    recipes = [p for p in precisions if base_precision(p) != p]
+    timed = list(dict.fromkeys(base_precision(p) for p in precisions))
+    for precision in timed:
         if precision == REFERENCE:
             continue
         if precision in FP8_PRECISIONS:
@@ -123,6 +127,11 @@ def probe(device: str, precisions: list[str], backend: str = "torch") -> dict[st
             "note": note,
             "measured_flops": flops / t,
         }
+    for recipe in recipes:
+        base = base_precision(recipe)
+        out[recipe] = {**out[base], "note": f"{base}'s, which {recipe} computes in: {out[base]['note']}"}
+    for extra in set(timed) - set(precisions) - {REFERENCE}:  # a base no run of the suite trains in
+        del out[extra]
     _attach_peaks(out, device, n, backend)
     return out
 
@@ -196,8 +205,9 @@ def _attach_peaks(out: dict[str, dict[str, Any]], device: str, n: int, backend: 
     if device == "cuda":
         sheet = datasheet_peaks(_gpu_name(backend))
     for precision, cap in out.items():
-        if sheet and precision in sheet[0]:
-            cap["peak_flops"], cap["peak_source"] = sheet[0][precision], f"datasheet: {sheet[1]}"
+        base = base_precision(precision)  # a recipe's peak is its base precision's
+        if sheet and base in sheet[0]:
+            cap["peak_flops"], cap["peak_source"] = sheet[0][base], f"datasheet: {sheet[1]}"
         elif not cap.get("accelerated") and out["fp32"].get("measured_flops"):
             # No native units: the precision is emulated on the fp32 ones, and a
             # single emulated matmul is no ceiling (oneDNN's conv paths beat it

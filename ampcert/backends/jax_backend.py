@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from ampcert import mllog
-from ampcert.amp.precision import LOW_PRECISIONS, dtype_name
+from ampcert.amp.precision import LOW_PRECISIONS, autocast_precision, dtype_name
 from ampcert.backends import features, loop, training_loop
 from ampcert.backends.contract import DoesNotFit, TrainOutcome, Unsupported
 from ampcert.resources import shipped_label
@@ -141,6 +141,9 @@ class JaxFramework(loop.TaskData):
         self.scaling = jax_scaling.for_run(spec.precision, spec.loss_scaling)
         self.losses: list[Any] = []  # per step, on the device until the window is read
         self.last: tuple[Any, Any] | None = None  # the latest batch: the probe's and the FLOP count's input
+        # The dtype floating inputs reach the model in (None: as the data holds them); a
+        # precision recipe whose parameters are bf16 sets it, so that JAX does not promote.
+        self.input_dtype: Any = None
 
     # ---------------------------------------------------------------- building
     def start_telemetry(self, gpus: list[int | None]) -> Any:
@@ -188,15 +191,17 @@ class JaxFramework(loop.TaskData):
         self.policy = None
         loss_of = _loss_of(task)
         predict_fn = lambda p, s, x: task.apply(p, s, x, False)[0]  # noqa: E731
-        if spec.precision in LOW_PRECISIONS:
-            low = jnp.dtype(dtype_name(spec.precision))
+        compute = autocast_precision(spec.precision)  # a recipe whose params are bf16: none
+        if compute in LOW_PRECISIONS:
+            low = jnp.dtype(dtype_name(compute))
             self.policy = policy = jax_policy(spec.policy)
             loss_of = autocast(loss_of, policy, low)
             predict_fn = autocast(predict_fn, policy, low)
             tally.amp_policy = {"name": policy.name, "sha256": policy.sha256,
                                 "effective_sha256": policy.effective_sha256, "source": shipped_label(policy.source)}
         else:
-            tally.amp_policy = {"name": "none (fp32)"}
+            tally.amp_policy = {"name": "none (fp32)" if spec.precision == compute
+                                else f"none ({spec.precision}: the parameters are in its dtype)"}
         self.loss_of = loss_of
         guard = self.scaling.guard
 
@@ -252,8 +257,15 @@ class JaxFramework(loop.TaskData):
             samples = len(x)
         if task.augment is not None:
             x, y = task.augment(x, y, step)
-        self.last = jnp.asarray(x), jnp.asarray(y)
+        self.last = self._input(jnp.asarray(x)), jnp.asarray(y)
         return self.last, samples
+
+    def _input(self, x: Any) -> Any:
+        import jax.numpy as jnp
+
+        if self.input_dtype is not None and jnp.issubdtype(x.dtype, jnp.floating):
+            return x.astype(self.input_dtype)
+        return x
 
     def step_args(self, batch: tuple[Any, Any], step: int) -> tuple[Any, ...]:
         """``step_fn``'s arguments for ``batch`` at ``step``: the state as it stands."""
@@ -278,8 +290,8 @@ class JaxFramework(loop.TaskData):
 
     def evaluate(self) -> float:
         task = self.task
-        return float(task.evaluate(functools.partial(_predict_host, self.predict, self.params, self.state),
-                                   self.eval_x, self.eval_y))
+        return float(task.evaluate(functools.partial(_predict_host, self.predict, self.params, self.state,
+                                                     self._input), self.eval_x, self.eval_y))
 
     def peak_memory(self, training_only: bool = False) -> Measured:
         return _peak_memory(self.jdev, before_eval=training_only)
@@ -299,10 +311,10 @@ class JaxFramework(loop.TaskData):
         }
 
 
-def _predict_host(predict, params, state, xb):
+def _predict_host(predict, params, state, to_input, xb):
     import jax.numpy as jnp
 
-    return predict(params, state, jnp.asarray(xb))
+    return predict(params, state, to_input(jnp.asarray(xb)))
 
 
 def _loss_of(task):

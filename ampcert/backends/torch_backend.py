@@ -159,10 +159,12 @@ class Amp:
 
 
 def make_amp(spec: RunSpec) -> Amp:
-    if spec.precision == REFERENCE:
-        return Amp(contextlib.nullcontext, NoLossScaler(), {"name": "none (fp32)"})
+    compute = autocast_precision(spec.precision)
+    if compute == REFERENCE:  # fp32, or a recipe whose model is in its low precision itself
+        name = "none (fp32)" if spec.precision == REFERENCE else f"none ({spec.precision}: the model is in its dtype)"
+        return Amp(contextlib.nullcontext, NoLossScaler(), {"name": name})
     # fp8/mxfp8: bf16 autocast around the FP8 Linear layers (backends/torch_fp8.py).
-    dtype = getattr(torch, dtype_name(autocast_precision(spec.precision)))
+    dtype = getattr(torch, dtype_name(compute))
     use_scaler = spec.precision == "fp16" and spec.loss_scaling
     if spec.amp == "native":
         return Amp(
@@ -251,7 +253,9 @@ class TorchFramework(loop.TaskData):
     The step is ``run_step(x, y)``: by default :meth:`train_step` (the autocast region
     around ``forward(x, y)``, then the loss scaler's backward, step and update). Features
     replace its parts: the compile scope ``forward`` or the whole ``run_step``,
-    torchrun the ``train_model``, ``shard``, ``reduce_losses`` and ``evaluates``."""
+    torchrun the ``train_model``, ``shard``, ``reduce_losses`` and ``evaluates``, a
+    precision recipe the ``optimizer_for`` the workload's optimizer and the gradients'
+    ``comm_hook`` (which the precision probe wraps to see what is communicated)."""
 
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
@@ -266,6 +270,11 @@ class TorchFramework(loop.TaskData):
         self.first: tuple[torch.Tensor, torch.Tensor] | None = None
         self.run_step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = self.train_step
         self.forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = self.forward_loss
+        # The workload's optimizer, as the run trains with it (a precision recipe remakes it).
+        self.optimizer_for: Callable[[torch.optim.Optimizer], torch.optim.Optimizer] = lambda optimizer: optimizer
+        # How a data-parallel wrapper communicates gradients (a DDP communication hook; None:
+        # DDP's own allreduce), registered once the features have had the model.
+        self.comm_hook: Callable[[Any, Any], Any] | None = None
 
     # ---------------------------------------------------------------- building
     def start_telemetry(self, gpus: list[int | None]) -> Telemetry:
@@ -297,7 +306,9 @@ class TorchFramework(loop.TaskData):
         # Counted on the model as built: an FP8 layer does the same matmuls.
         tally.flops_per_step = task.flops_per_step or count_train_flops(task, self.first)
         run.model_ready()  # the features' turn: FP8 conversion, DDP, the precision probe
-        self.optimizer = task.make_optimizer(self.model.parameters())
+        if self.comm_hook is not None:
+            self.train_model.register_comm_hook(None, self.comm_hook)
+        self.optimizer = self.optimizer_for(task.make_optimizer(self.model.parameters()))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, task.lr_lambda) if task.lr_lambda else None
         tally.build_s = time.perf_counter() - t_build - first_wait_s
         tally.train_s = tally.data_s = first_wait_s  # 0 but for a streamed first batch drawn while building

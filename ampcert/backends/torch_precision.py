@@ -126,19 +126,24 @@ class PrecisionProbe(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def record_comm_dtype(ddp_model: Any, observed: Observed) -> None:
-    """Register a DDP comm hook that notes each gradient bucket's dtype,
-    then all-reduces it as DDP's default would (averaged over ranks)."""
+def observing_comm(inner: Any, observed: Observed) -> Any:
+    """A DDP communication hook that notes the dtype each gradient bucket is communicated
+    in, then communicates it as ``inner`` does (None: DDP's default, averaged over ranks).
+    A hook that compresses says its wire dtype (``wire_dtype``); otherwise it is the
+    bucket's own."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    reduce = inner if inner is not None else default_hooks.allreduce_hook
+    wire = getattr(inner, "wire_dtype", None)
 
     # No annotations: DDP refuses a hook whose `bucket` is annotated as anything
     # but dist.GradBucket (and this module's annotations are strings).
     def hook(state, bucket):
-        dtype = MLPERF_NAME.get(bucket.buffer().dtype)
+        dtype = MLPERF_NAME.get(wire if wire is not None else bucket.buffer().dtype)
         observed.comm = _lower(observed.comm, dtype)
-        return default_hooks.allreduce_hook(state, bucket)
+        return reduce(state, bucket)
 
-    ddp_model.register_comm_hook(None, hook)
+    return hook
 
 
 def disclosure(observed: Observed, world_size: int, fp8_layers: int = 0) -> dict[str, dict[str, Any]]:

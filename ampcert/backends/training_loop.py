@@ -41,7 +41,14 @@ from typing import Any, Protocol
 from ampcert import mllog
 from ampcert.backends import loop
 from ampcert.backends.contract import LossNotFinite, PhaseTimes, TrainOutcome
-from ampcert.results import CompileStats, EvalPoint, Fp8Stats, LowestPrecision, Measured
+from ampcert.results import (
+    CompileStats,
+    EvalPoint,
+    Fp8Stats,
+    LowestPrecision,
+    Measured,
+    TrainingState,
+)
 from ampcert.spec import RunSpec
 from ampcert.telemetry import Series
 from ampcert.workloads.base import Workload
@@ -88,6 +95,7 @@ class Tally:
     lowest_precision: LowestPrecision | None = None
     compile_stats: CompileStats | None = None
     fp8: Fp8Stats | None = None
+    training_state: TrainingState | None = None
     # Each step's batch length where batches are streamed (train_data) and may differ;
     # None: every step trained batch_size.
     step_samples: list[int] | None = None
@@ -132,6 +140,7 @@ class Tally:
             step_times_ms=self.step_times_ms(),
             peak_memory=self.peak_memory, telemetry=self.telemetry, loss_scale=loss_scale, skipped_steps=skipped,
             lowest_precision=self.lowest_precision, compile_stats=self.compile_stats, fp8=self.fp8,
+            training_state=self.training_state,
             accelerated=spec.accelerated, capability_note=spec.capability_note,
             amp_policy=self.amp_policy, determinism=self.determinism, weights_sha256=self.weights_sha256,
             environment=self.environment,

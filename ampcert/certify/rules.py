@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union, get_
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ampcert.amp.precision import LOW_PRECISIONS, Precision
+from ampcert.amp.precision import LOW_PRECISIONS, Precision, base_precision
 from ampcert.errors import UserError
 from ampcert.resources import (
     SHIPPED_PREFIX,
@@ -67,7 +67,9 @@ class AppliesTo(_Strict):
         def ok(values: list[str], *candidates: str) -> bool:
             return "*" in values or any(c in values for c in candidates)
 
-        return (ok(self.workloads, label, workload) and precision in self.precisions
+        # a rule that names a recipe's base precision (bf16 for bf16-true) judges the recipe too
+        return (ok(self.workloads, label, workload)
+                and (precision in self.precisions or base_precision(precision) in self.precisions)
                 and ok(self.backends, backend) and ok(self.amp, amp)
                 and (device is None or ok(list(self.devices), device)))
 

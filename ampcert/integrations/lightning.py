@@ -52,10 +52,14 @@ except ImportError as exc:  # pragma: no cover - exercised where lightning is ab
                       "pip install 'ampcert[lightning]'") from exc
 
 from ampcert import mllog, track
+from ampcert.amp.recipes import RECIPES
 
 __all__ = ["AmpcertCallback", "AmpcertPrecision", "trainer_precision"]
 
-_LIGHTNING_PRECISION = {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
+# ampcert's precision -> Lightning's flag; a precision recipe by the name Lightning gives it
+# (amp/recipes.py: bf16-true), which runs no autocast, so ampcert's plugin has no part in it.
+_LIGHTNING_PRECISION = {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed",
+                        **{name: r.lightning for name, r in RECIPES.items() if r.lightning}}
 
 
 class AmpcertPrecision(MixedPrecision):
@@ -96,8 +100,9 @@ class AmpcertPrecision(MixedPrecision):
 def trainer_precision(env: track.Env | None = None, device: str | None = None) -> dict[str, Any]:
     """The ``Trainer`` keyword for what ampcert asks: ``{"precision": "32-true"
     | "bf16-mixed" | "16-mixed"}`` for ``AMPCERT_AMP=native`` (and for fp32),
-    ``{"plugins": [AmpcertPrecision(...)]}`` for ``ampcert``. fp8 raises
-    ValueError (no Lightning precision flag trains FP8 layers)."""
+    ``{"plugins": [AmpcertPrecision(...)]}`` for ``ampcert``; the recipe
+    ``bf16-true`` is Lightning's own ``{"precision": "bf16-true"}`` (the model in
+    bf16, no autocast). fp8 and recipes Lightning has no flag for raise ValueError."""
     cfg = env if env is not None else track.env()
     if cfg.precision not in _LIGHTNING_PRECISION:
         raise ValueError(f"AMPCERT_PRECISION={cfg.precision}: ampcert.integrations.lightning supports "

@@ -28,6 +28,7 @@ from ampcert.capacity_planning import CapacityPlan, capacity_plan
 from ampcert.certify.checks import Certificate
 from ampcert.envinfo import CPU_FLAGS_OF_INTEREST
 from ampcert.memory import MemoryFit, folder_fits, stored_sweep
+from ampcert.report.training_state import TrainingStateRow, training_state_rows
 from ampcert.resources import schema_path
 from ampcert.results import ResultsDir, ResultSet, RunResult
 from ampcert.steady_state import SteadyState
@@ -111,6 +112,11 @@ class Report(_Model):
                     "the largest batch per budget and the saving per sample against fp32 (ampcert/memory.py)")
     memory_missing_runs: list[str] = Field(
         default_factory=list, exclude_if=lambda v: not v, description="planned memory-sweep runs with no result")
+    # Written only where runs read it (torch runs since precision recipes), so older reports keep their bytes.
+    training_state: list[TrainingStateRow] = Field(
+        default_factory=list, exclude_if=lambda v: not v,
+        description="per subject: bytes per parameter of the weights, gradients and optimizer state, the total "
+                    "against fp32's, and the memory sweep's activation bytes per sample (precision recipes)")
 
     def environment_facts(self) -> list[EnvFact]:
         """The fingerprint as a reader wants it (report.html's environment table)."""
@@ -362,6 +368,7 @@ def build_report(rs: ResultSet) -> Report:
                portable(source) if isinstance(source, str) else source,
                pol.get("engine"), tuple(pol.get("ampcert_kernels") or ()))
         policies[key] = policies.get(key, 0) + 1
+    fits = folder_fits(rs, plan, stored_sweep(rd) if rs.memory_runs else None)
     report = Report(
         tool=f"ampcert {__version__}",
         suite=SuiteInfo(name=rs.suite_name, description=description,
@@ -377,8 +384,9 @@ def build_report(rs: ResultSet) -> Report:
         steady_state={r.run_id: found for r in runs if r.status == "completed" and (found := steady(r))},
         not_measured=_not_measured(runs, plan.capabilities or {}),
         capacity=_capacity(runs),
-        memory=folder_fits(rs, plan, stored_sweep(rd) if rs.memory_runs else None),
+        memory=fits,
         memory_missing_runs=sorted(rs.memory_missing),
+        training_state=training_state_rows(runs, fits),
     )
     # Install paths, wherever the stored results carry one (policy and rule sources, data
     # provenance, messages); the suite's text stays as given, its sha256 is over those bytes.

@@ -19,8 +19,20 @@ normally in fp32 and bf16:
     value (65504): the forward pass turns to inf/NaN. Loss scaling cannot help
     an overflow in the forward pass: fp16 fails with or without it.
 
-``suites/numerics.yaml`` runs both with the default rule pack, with and
-without loss scaling, and shows the verdicts.
+``stagnation``
+    Built to break ``bf16-true`` (weights held in bf16, amp/recipes.py), as the
+    two above break fp16. Each Linear layer's weights are stored with an offset
+    (``weight_offset``, default 4) that its forward subtracts again, so in exact
+    arithmetic the model is the plain MLP. A stored weight then sits near 4,
+    where one bf16 step is 2**-5 = 0.031 while an SGD update is about 1e-4: held
+    in bf16 and rounded to the nearest, every update is lost and the model never
+    learns. fp32 (one step at 4 is 4.8e-7) and bf16 AMP (fp32 master weights)
+    train normally, and so does ``bf16-true-sr``: stochastic rounding keeps each
+    update in expectation. LayerNorm gains, which sit near 1 in every
+    transformer, meet the same rounding at a quarter of this offset.
+
+``suites/numerics.yaml`` runs the first two with the default rule pack, with and
+without loss scaling, and shows the verdicts; ``suites/recipes.yaml`` the third.
 
 The models' starting weights are torch's default initialisation drawn with
 numpy (:mod:`ampcert.workloads.init`); ``build`` imports torch only to make
@@ -62,7 +74,20 @@ class OverflowParams(BaseModel):
     target: float = Field(0.9, ge=0, le=1)
 
 
-def underflow_weights(params: UnderflowParams, seed: int) -> Weights:
+class StagnationParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    hidden: PositiveInt = 64
+    batch_size: PositiveInt = 64
+    lr: float = Field(0.02, gt=0)
+    momentum: float = Field(0.9, ge=0, lt=1)
+    weight_offset: float = Field(4.0, ge=0, description="stored weights = the model's + this (its forward "
+                                 "subtracts it): bf16's step there is what decides whether an update survives")
+    max_steps: PositiveInt = 300
+    target: float = Field(0.85, ge=0, le=1)
+
+
+def underflow_weights(params: UnderflowParams | StagnationParams, seed: int) -> Weights:
     """``Sequential(Linear(64, hidden), ReLU, Linear(hidden, 10))``, torch's defaults."""
     init = Initialiser(seed)
     init.linear("0", 64, params.hidden)
@@ -79,6 +104,14 @@ def overflow_weights(params: OverflowParams, seed: int) -> Weights:
     init.layer_norm("1", params.hidden)
     init.linear("3", params.hidden, 10)
     return init.weights
+
+
+def stagnation_weights(params: StagnationParams, seed: int) -> Weights:
+    """The underflow MLP's weights, each Linear layer's stored plus ``weight_offset``."""
+    weights = underflow_weights(params, seed)
+    for name in ("0.weight", "2.weight"):
+        weights.params[name] += np.float32(params.weight_offset)
+    return weights
 
 
 class _Numerics:
@@ -128,5 +161,21 @@ class OverflowWorkload(_Numerics):
         return torch_models.overflow_task(self.prepare(params, seed), device)
 
 
+class StagnationWorkload(_Numerics):
+    name = "stagnation"
+    summary = "digits MLP whose weights are stored near 4, where bf16's step swallows every update (bf16-true)"
+    Params = StagnationParams
+
+    def prepare(self, params: StagnationParams, seed: int) -> Prepared:
+        return self._prepare(params, stagnation_weights(params, seed),
+                             f"weights stored + {params.weight_offset:g}, subtracted in the forward")
+
+    def build(self, params: StagnationParams, seed: int, device: str) -> TorchTask:
+        from ampcert.workloads import torch_models
+
+        return torch_models.stagnation_task(self.prepare(params, seed), device)
+
+
 UNDERFLOW = UnderflowWorkload()
+STAGNATION = StagnationWorkload()
 OVERFLOW = OverflowWorkload()

@@ -36,6 +36,7 @@ BUILTIN: dict[str, str] = {
     "gpt": "ampcert.workloads.gpt:WORKLOAD",
     "underflow": "ampcert.workloads.numerics:UNDERFLOW",
     "overflow": "ampcert.workloads.numerics:OVERFLOW",
+    "stagnation": "ampcert.workloads.numerics:STAGNATION",
 }
 
 

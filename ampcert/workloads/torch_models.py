@@ -368,6 +368,30 @@ def underflow_task(prepared: Prepared, device: str) -> TorchTask:
     return _task(prepared, model, device, make_optimizer, accuracy, loss_fn=scaled_loss)
 
 
+class OffsetLinear(nn.Linear):
+    """A Linear layer whose stored weight is the used one plus ``offset``, subtracted in
+    the forward (see numerics, ``stagnation``): the same function, stored where bf16's
+    step is coarse."""
+
+    def __init__(self, in_features: int, out_features: int, offset: float) -> None:
+        super().__init__(in_features, out_features)
+        self.offset = offset  # a constant, not a tensor: a dtype change of the model leaves it exact
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight - self.offset, self.bias)
+
+
+def stagnation_task(prepared: Prepared, device: str) -> TorchTask:
+    params = prepared.params
+    offset = params.weight_offset
+    model = nn.Sequential(OffsetLinear(64, params.hidden, offset), nn.ReLU(), OffsetLinear(params.hidden, 10, offset))
+
+    def make_optimizer(parameters):
+        return torch.optim.SGD(parameters, lr=params.lr, momentum=params.momentum)
+
+    return _task(prepared, model, device, make_optimizer, accuracy)
+
+
 def overflow_task(prepared: Prepared, device: str) -> TorchTask:
     params = prepared.params
     model = nn.Sequential(nn.Linear(64, params.hidden), nn.LayerNorm(params.hidden), nn.ReLU(),

@@ -136,8 +136,12 @@ def test_trainer_precision_follows_the_environment(monkeypatch):
     monkeypatch.setenv("AMPCERT_AMP", "ampcert")
     (plugin,) = trainer_precision(device="cpu")["plugins"]
     assert isinstance(plugin, AmpcertPrecision) and plugin.precision == "bf16-mixed" and plugin.device == "cpu"
+    monkeypatch.setenv("AMPCERT_PRECISION", "bf16-true")  # a recipe: Lightning's own flag, amp or not
+    assert trainer_precision() == {"precision": "bf16-true"}
     with pytest.raises(ValueError, match="fp8"):
         trainer_precision(track.Env(precision="fp8"))
+    with pytest.raises(ValueError, match="bf16-state"):
+        trainer_precision(track.Env(precision="bf16-state"))
 
 
 def test_another_metric_is_named_and_an_exception_aborts_the_run(tmp_path):

@@ -7,8 +7,10 @@ Adding a feature (the next precision recipe, say) is a module here with one
 framework's adapter nor the loop changes.
 
 The order matters where one feature builds on another's work: FP8 converts the
-model's layers before torchrun wraps it in DistributedDataParallel, and the
-precision probe watches the wrapped model (its gradient buckets' dtype).
+model's layers, and a recipe its weights' dtype, before torchrun wraps it in
+DistributedDataParallel (whose buckets take the parameters' dtype); a recipe's
+reduction hooks the wrapper torchrun made; the precision probe watches the
+wrapped model (its gradient buckets' dtype).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ampcert.amp.precision import FP8_PRECISIONS
+from ampcert.amp.recipes import RECIPES
 from ampcert.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -43,12 +46,18 @@ class Entry:
 REGISTRY: tuple[Entry, ...] = (
     Entry("memory sweep", ("torch", "jax"), lambda spec: spec.is_memory_sweep, "memory_sweep:MemorySweepPoint"),
     Entry("fp8", ("torch",), lambda spec: spec.precision in FP8_PRECISIONS, "fp8:Fp8Layers"),
+    Entry("recipe weights", ("torch",), lambda spec: spec.precision in RECIPES, "recipe:RecipeWeights"),
+    Entry("recipe weights", ("jax",), lambda spec: spec.precision in RECIPES, "jax_recipe:JaxRecipeWeights"),
     Entry("torchrun", ("torch",), lambda spec: spec.launch.launcher == "torchrun", "torchrun:TorchrunRanks"),
+    Entry("recipe reduction", ("torch",), lambda spec: spec.precision in RECIPES and RECIPES[spec.precision].needs_ranks,
+          "recipe:RecipeReduction"),
     Entry("precision probe", ("torch",), lambda spec: True, "precision_probe:TorchPrecisionProbe"),
     Entry("precision probe", ("jax",), lambda spec: True, "precision_probe:JaxPrecisionProbe"),
     Entry("compile scope", ("torch",), lambda spec: spec.torch_compile is not None, "compile_scope:CompileScope"),
     Entry("injected slowdown", ("torch", "jax"), lambda spec: bool(spec.fault.injected_slowdown),
           "slowdown:InjectedSlowdown"),
+    Entry("training state", ("torch",), lambda spec: True, "training_state:TorchTrainingState"),
+    Entry("training state", ("jax",), lambda spec: True, "jax_training_state:JaxTrainingState"),
 )
 
 
