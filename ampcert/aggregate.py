@@ -42,8 +42,9 @@ def reference_key(key: Subject) -> Subject:
 
 
 def is_repeat(r: RunResult) -> bool:
-    """A determinism rerun of a seed already in the group."""
-    return bool(getattr(r.spec, "repeat", 0))
+    """A rerun of a seed already in the group (a determinism repeat, a resumed run): not
+    one of the group's samples."""
+    return r.spec.is_rerun
 
 
 def sort_key(key: Subject) -> tuple[str, str, str, int]:

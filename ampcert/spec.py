@@ -554,6 +554,16 @@ class SweepPoint(_Strict):
         return self
 
 
+class ResumePoint(_Strict):
+    """A run that checkpoints itself and resumes from the checkpoint mid-training (the rule
+    ``resume_equivalence``): after window ``resume_after_window`` (``eval_every`` steps
+    each) it saves what training needs, scrambles its live state, restores it from the
+    file and trains on; the check holds it to the seed's run that never stopped. None: a
+    run that does not. (Written only when set.)"""
+
+    resume_after_window: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
 class FaultInjection(_Strict):
     """What is done to a run on purpose, to test what judges it (the suite's
     ``inject_slowdown``): each training step held this fraction of its own time longer.
@@ -611,6 +621,8 @@ class RunSpec(_Strict):
     fault: FaultInjection = Field(default_factory=FaultInjection)
     # Where it sits in the suite's memory sweep (none for a certified run); stored flat.
     sweep: SweepPoint = Field(default_factory=SweepPoint)
+    # Where it stops and resumes from its own checkpoint (none for every other run); stored flat.
+    resume: ResumePoint = Field(default_factory=ResumePoint)
 
     @model_validator(mode="before")
     @classmethod
@@ -657,8 +669,10 @@ class RunSpec(_Strict):
     def _one_job(self) -> RunSpec:
         if (self.train is None) == (self.command is None):
             raise ValueError("a run trains one job: ampcert's workload (`train`) or an own job (`command`)")
-        if self.command is not None and (self.fault.injected_slowdown or self.sweep.batch_size is not None):
-            raise ValueError("an own job trains itself: it is neither slowed on purpose nor a memory-sweep point")
+        if self.command is not None and (self.fault.injected_slowdown or self.sweep.batch_size is not None
+                                         or self.resume.resume_after_window is not None):
+            raise ValueError("an own job trains itself: it is neither slowed on purpose, nor a memory-sweep point, "
+                             "nor resumed by ampcert")
         return self
 
     @model_validator(mode="after")
@@ -726,6 +740,7 @@ class RunSpec(_Strict):
         # point's batch, emulated card and confirmed budget make it another run too.
         ident.update(self.fault.model_dump())
         ident.update(self.sweep.model_dump())
+        ident.update(self.resume.model_dump())  # a resumed run is another run of the seed
         return ident
 
     @property
@@ -734,7 +749,15 @@ class RunSpec(_Strict):
         rep = f"-r{self.repeat}" if self.repeat else ""
         point = self.sweep
         batch = f"-b{point.batch_size}{'c' if point.confirms_budget else ''}" if point.batch_size is not None else ""
-        return f"{self.label}-{self.precision}-{self.amp}-s{self.seed}{rep}{batch}-{digest}"
+        window = self.resume.resume_after_window
+        resumed = f"-k{window}" if window is not None else ""
+        return f"{self.label}-{self.precision}-{self.amp}-s{self.seed}{rep}{resumed}{batch}-{digest}"
+
+    @property
+    def is_rerun(self) -> bool:
+        """A second run of a seed already in its group: a determinism repeat or a resumed run.
+        Neither is one of the group's samples; their checks read them."""
+        return bool(self.repeat) or self.resume.resume_after_window is not None
 
     @property
     def is_memory_sweep(self) -> bool:
@@ -744,7 +767,8 @@ class RunSpec(_Strict):
 
 
 # RunSpec's groups, by field: each is stored as its own fields, flat (schema v1).
-_GROUPS: dict[str, type[_Strict]] = {"launch": Launch, "sweep": SweepPoint, "fault": FaultInjection}
+_GROUPS: dict[str, type[_Strict]] = {"launch": Launch, "sweep": SweepPoint, "fault": FaultInjection,
+                                     "resume": ResumePoint}
 
 
 def _check_compile_scope(suite: Suite, source: str) -> None:
@@ -869,7 +893,8 @@ def load_suite(path: str | Path) -> Suite:
     return parse_suite(read_yaml(path, "suite file"), str(path))
 
 
-def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, repeats: int = 0) -> list[RunSpec]:
+def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, repeats: int = 0,
+           resumes: tuple[int, ...] = ()) -> list[RunSpec]:
     """The run matrix, in a stable order: workload entry, then seed, then precision.
 
     A seed's precisions run one after the other (fp32 s0, bf16 s0, fp32 s1, ...),
@@ -878,9 +903,11 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, 
     speed-up over FP32, paired by seed, cancels what the machine does to both
     (``aggregate.paired_speedups``, what the nightly history gates the gain on).
 
-    ``min_seeds`` and ``repeats`` are what the suite's rule pack needs (its
-    statistical checks need that many seeds; its determinism check reruns the
-    first seed ``repeats`` times): the planner reads the pack and passes them."""
+    ``min_seeds``, ``repeats`` and ``resumes`` are what the suite's rule pack needs
+    (its statistical checks need that many seeds; its determinism check reruns the
+    first seed ``repeats`` times; its resume check runs the first seed once more per
+    window in ``resumes``, stopped after that window and resumed from its checkpoint;
+    not an own job, which trains itself): the planner reads the pack and passes them."""
     from ampcert.workloads import registry
 
     policy_sha256 = None
@@ -935,6 +962,10 @@ def expand(suite: Suite, device: Literal["cpu", "cuda"], *, min_seeds: int = 1, 
                     launch=launch,
                 )
             )
+        if job is None:
+            firsts = [r for r in runs[-len(matrix):] if r.seed == seeds[0] and not r.repeat]
+            runs.extend(r.model_copy(update={"resume": ResumePoint(resume_after_window=window)})
+                        for window in resumes for r in firsts)
         if suite.memory is not None and job is None:
             runs.extend(_memory_runs(suite, entry, suite.memory, runs[-1], seeds[0]))
     return runs
@@ -954,7 +985,7 @@ def _memory_runs(suite: Suite, entry: WorkloadEntry, sweep: MemorySweep, like: R
                         f"this suite runs on {like.device}: leave it out, or run on cuda")
     return [like.model_copy(update={
                 "label": label, "precision": precision, "seed": seed, "repeat": 0, "train": budget,
-                "fault": FaultInjection(),
+                "fault": FaultInjection(), "resume": ResumePoint(),
                 "sweep": SweepPoint(batch_size=batch, device_memory_limit=int(sweep.device_memory)
                                     if sweep.device_memory is not None else None),
                 "torch_compile": suite.torch_compile if compiled else None,

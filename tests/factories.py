@@ -63,7 +63,7 @@ def plan(suite: dict[str, Any], device: str = "cpu",
     if parsed.certify is not None and "repeats" in inspect.signature(expand).parameters:
         # as the planner does: the seeds and repeats the suite's rule pack needs
         pack = load_rules(parsed.certify)
-        needs = {"min_seeds": pack.min_seeds(), "repeats": pack.repeats()}
+        needs = {"min_seeds": pack.min_seeds(), "repeats": pack.repeats(), "resumes": pack.resumes()}
     specs = expand(parsed, device, **needs)  # type: ignore[arg-type]
     return apply_capabilities(parsed, specs, capabilities) if capabilities else specs
 

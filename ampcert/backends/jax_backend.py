@@ -288,6 +288,38 @@ class JaxFramework(loop.TaskData):
     def sync(self) -> None:
         """Every step has waited for its results already."""
 
+    # ---------------------------------------------------------------- checkpointing
+    def checkpoint(self) -> dict[str, Any]:
+        """What training needs to go on exactly as it would have, on the host: the
+        parameters, the optimizer's state (in its own dtypes), the model's state, the loss
+        scale, the host's generators (a JAX workload's own keys derive from seed and step)."""
+        import jax
+
+        return {"params": jax.device_get(self.params), "opt_state": jax.device_get(self.opt_state),
+                "state": jax.device_get(self.state), "scale": jax.device_get(self.scaling.state),
+                "rng": loop.host_rng_state()}
+
+    def scramble(self) -> None:
+        """Make the live training state wrong, so that only a complete :meth:`restore` can
+        carry the run on as it was."""
+        import jax
+        import jax.numpy as jnp
+
+        self.params = jax.tree_util.tree_map(lambda leaf: jnp.full_like(leaf, 0.5), self.params)
+        self.opt_state = self.task.optimizer.init(self.params)
+        loop.seed_host(987654321)
+
+    def restore(self, state: dict[str, Any], step: int) -> None:
+        import jax
+
+        batches = self.batches_after(self.spec.seed, step)
+        self.params = jax.device_put(state["params"], self.jdev)
+        self.opt_state = jax.device_put(state["opt_state"], self.jdev)
+        self.state = jax.device_put(state["state"], self.jdev)
+        self.scaling.state = jax.device_put(state["scale"], self.jdev)
+        loop.set_host_rng_state(state["rng"])
+        self.batches = batches
+
     def evaluate(self) -> float:
         task = self.task
         return float(task.evaluate(functools.partial(_predict_host, self.predict, self.params, self.state,

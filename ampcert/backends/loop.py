@@ -46,6 +46,17 @@ def seed_host(seed: int) -> dict[str, Any]:
     return {"seed": seed}
 
 
+def host_rng_state() -> dict[str, Any]:
+    """Python's and numpy's global generators, as a checkpoint keeps them (the seeded ones a
+    user's workload may draw from; :func:`seed_host`)."""
+    return {"python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def set_host_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+
+
 def index_batches(n: int, batch_size: int, seed: int) -> Iterator[np.ndarray]:
     """Index batches (int64 arrays) in a fixed order for a seed, from
     ``rng.stream(seed, "batches")``: the same for every precision and for
@@ -202,6 +213,19 @@ class TaskData:
         """The seeded batch indices of a task held in memory; None for a stream."""
         held = self.examples_in_memory()
         return index_batches(held, self.task.batch_size, seed) if held is not None else None
+
+    def batches_after(self, seed: int, step: int) -> Iterator[np.ndarray]:
+        """The seeded batch indices as they stand after ``step`` steps (a resumed run's); a
+        stream's position is its loader's, not ampcert's, to restore."""
+        from ampcert.backends.contract import Unsupported
+
+        batches = self.indexed_batches(seed)
+        if batches is None:
+            raise Unsupported("resuming a run whose training data streams (train_data): its loader's "
+                              "position is the loader's, not ampcert's, to restore")
+        for _ in range(step):
+            next(batches)
+        return batches
 
 
 def hold_step(fraction: float, started: float) -> None:

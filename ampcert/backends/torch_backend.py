@@ -93,6 +93,12 @@ class NoLossScaler(loop.NoLossScaling):
     def update(self) -> None:
         pass
 
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
 
 class NativeLossScaler(loop.DynamicLossScaling):
     """``torch.amp.GradScaler``, recording the scale after each update and
@@ -121,6 +127,12 @@ class NativeLossScaler(loop.DynamicLossScaling):
     def trajectory(self) -> tuple[list[float], list[int]]:
         return self._scales, self._skipped
 
+    def state_dict(self) -> dict[str, Any]:
+        return self.scaler.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.scaler.load_state_dict(state)
+
 
 class AmpcertLossScaler(loop.DynamicLossScaling):
     """ampcert's :class:`~ampcert.amp.DynamicLossScaler`, which keeps its own
@@ -143,6 +155,12 @@ class AmpcertLossScaler(loop.DynamicLossScaling):
     def trajectory(self) -> tuple[list[float], list[int]]:
         traj = self.scaler.trajectory()
         return traj["scale"], [i + 1 for i in traj["skipped_steps"]]
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.scaler.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.scaler.load_state_dict(state)
 
 
 LossScaler = NoLossScaler | NativeLossScaler | AmpcertLossScaler
@@ -385,6 +403,36 @@ class TorchFramework(loop.TaskData):
         if self.device == "cuda":
             torch.cuda.synchronize()
 
+    # ---------------------------------------------------------------- checkpointing
+    def checkpoint(self) -> dict[str, Any]:
+        """What training needs to go on exactly as it would have: the weights, the optimizer's
+        state (in its own dtypes), the schedule, the loss scaler, every random generator."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+                "scaler": self.amp.scaler.state_dict(), "rng": _rng_state(self.device)}
+
+    def scramble(self) -> None:
+        """Make the live training state wrong (weights, optimizer state, generators), so that
+        only a complete :meth:`restore` can carry the run on as it was."""
+        with torch.no_grad():
+            for p in self.model.parameters():
+                p.normal_()
+        self.optimizer.state.clear()
+        loop.seed_host(987654321)
+        torch.manual_seed(987654321)
+
+    def restore(self, state: dict[str, Any], step: int) -> None:
+        """Training as it stood after ``step`` steps, from :meth:`checkpoint`: the batches
+        drawn again from the seed up to that step."""
+        batches = self.batches_after(self.spec.seed, step)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.amp.scaler.load_state_dict(state["scaler"])
+        _set_rng_state(state["rng"], self.device)
+        self.batches = batches
+
     def evaluate(self) -> float:
         if not self.evaluates:
             return math.nan
@@ -444,6 +492,18 @@ def _cpu_name() -> str:
     from ampcert.envinfo import cpu_info
 
     return cpu_info()["model"]
+
+
+def _rng_state(device: str) -> dict[str, Any]:
+    return {**loop.host_rng_state(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if device == "cuda" else None}
+
+
+def _set_rng_state(state: dict[str, Any], device: str) -> None:
+    loop.set_host_rng_state(state)
+    torch.set_rng_state(state["torch"])
+    if device == "cuda":
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def _peak_memory(device: str, after_warmup: bool = False) -> Measured:

@@ -49,8 +49,8 @@ class _Group:
                  siblings: dict[str, list[RunResult]] | None = None):
         self.subject = subject
         self.all = [r for r in runs if r.status != "skipped"]
-        self.primary = [r for r in self.all if _repeat(r) == 0]
-        self.ref = [r for r in ref if r.status != "skipped" and _repeat(r) == 0]
+        self.primary = [r for r in self.all if not r.spec.is_rerun]
+        self.ref = [r for r in ref if r.status != "skipped" and not r.spec.is_rerun]
         self.workload = runs[0].spec.workload
         # The other precisions of the same entry, backend and amp (a rule may compare with BF16).
         self._siblings = siblings or {}
@@ -61,7 +61,7 @@ class _Group:
         """The primary runs of ``precision`` that this subject is compared with."""
         if precision == REFERENCE:
             return self.ref
-        return [r for r in self._siblings.get(precision, []) if r.status != "skipped" and _repeat(r) == 0]
+        return [r for r in self._siblings.get(precision, []) if r.status != "skipped" and not r.spec.is_rerun]
 
     def completed(self, runs: list[RunResult] | None = None) -> list[RunResult]:
         return [r for r in (self.primary if runs is None else runs) if r.status == "completed"]
@@ -279,6 +279,60 @@ def check_determinism(rule: R.Determinism, g: _Group) -> Verdict | None:
                         "bit for bit (an own job reports no loss or weights to compare)", compared=compared)
     return _verdict(rule, g, Status.PASS, f"{len(compared)} repeated run(s): loss trajectories and final-weight "
                     "digests identical bit for bit", compared=compared)
+
+
+@judges(R.ResumeEquivalence)
+def check_resume_equivalence(rule: R.ResumeEquivalence, g: _Group) -> Verdict | None:
+    if g.all and all(r.spec.command is not None for r in g.all):
+        return None  # an own job checkpoints itself, if at all: ampcert stops and resumes its own training
+    resumed = [r for r in g.all if r.spec.resume.resume_after_window == rule.after_window]
+    if not resumed:
+        return _verdict(rule, g, Status.INCONCLUSIVE, f"no run resumed after window {rule.after_window} "
+                        "(a suite with `certify:` schedules one)")
+    originals = g.by_seed(g.primary)
+    compared, problems, unjudged = [], [], []
+    for run in resumed:
+        orig = originals.get(run.spec.seed)
+        at = run.determinism.get("resumed_after_step")
+        entry: dict[str, Any] = {"seed": run.spec.seed, "resumed_after_step": at,
+                                 "run_ids": [orig.run_id if orig else None, run.run_id]}
+        if orig is None or orig.status != "completed" or run.status != "completed":
+            unjudged.append(f"seed {run.spec.seed}: " + (
+                "no uninterrupted run" if orig is None else f"the run {orig.status}, the resumed run {run.status}"
+                + (f" ({run.reason})" if run.reason else "")))
+            continue
+        if at is None:
+            unjudged.append(f"seed {run.spec.seed}: training ended before window {rule.after_window}, "
+                            "so nothing was resumed")
+            continue
+        first = next((i for i, (a, b) in enumerate(zip(orig.loss, run.loss, strict=False)) if a != b), None)
+        if first is None and len(orig.loss) != len(run.loss):
+            first = min(len(orig.loss), len(run.loss))
+        same_weights = orig.weights_sha256 == run.weights_sha256
+        delta = abs(cast(float, run.final_metric) - cast(float, orig.final_metric))
+        entry.update(first_differing_step=None if first is None else first + 1, same_weights=same_weights,
+                     metric_delta=delta)
+        compared.append(entry)
+        if first is None and same_weights:
+            continue
+        where = (f"loss differs from step {first + 1}" if first is not None else "final weights differ")
+        if rule.max_metric_delta and delta <= rule.max_metric_delta:
+            entry["within_tolerance"] = True
+        else:
+            problems.append(f"seed {run.spec.seed}: resumed after step {at}, {where}; final metric "
+                            f"{delta:.4g} from the uninterrupted run's"
+                            + (f" (tolerance {rule.max_metric_delta:g})" if rule.max_metric_delta else ""))
+    if problems:
+        return _verdict(rule, g, Status.FAIL, "; ".join(problems), compared=compared)
+    if unjudged:
+        return _verdict(rule, g, Status.INCONCLUSIVE, "; ".join(unjudged), compared=compared)
+    steps = sorted({e["resumed_after_step"] for e in compared})
+    if all(not e.get("within_tolerance") for e in compared):
+        return _verdict(rule, g, Status.PASS, f"resumed from its checkpoint after step {', '.join(map(str, steps))}: "
+                        "loss trajectory and final weights identical to the uninterrupted run's bit for bit",
+                        compared=compared)
+    return _verdict(rule, g, Status.PASS, f"resumed after step {', '.join(map(str, steps))}: final metric within "
+                    f"the declared {rule.max_metric_delta:g} of the uninterrupted run's", compared=compared)
 
 
 @judges(R.SeedSpread)

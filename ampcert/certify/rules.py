@@ -141,6 +141,18 @@ class Determinism(RuleModel):
     repeats: int = Field(1, ge=1, le=10)
 
 
+class ResumeEquivalence(RuleModel):
+    """A run of the first seed stopped after window ``after_window``, its training state
+    saved to a file, its live state scrambled and restored from that file, trained on:
+    held to the seed's uninterrupted run bit for bit, or, where ``max_metric_delta`` is
+    declared (a framework whose kernels are not deterministic), its final metric within it."""
+
+    check: Literal["resume_equivalence"]
+    after_window: int = Field(1, ge=1)
+    max_metric_delta: float = Field(0.0, ge=0)
+    threshold_field: ClassVar[str] = "max_metric_delta"
+
+
 class SeedSpread(RuleModel):
     check: Literal["seed_spread"]
     max_spread: float = Field(gt=0)
@@ -271,6 +283,10 @@ class RulePack(_Strict):
 
     def repeats(self) -> int:
         return max([r.repeats for r in self.of("determinism")] + [0])
+
+    def resumes(self) -> tuple[int, ...]:
+        """The windows after which the pack's resume checks stop and resume a run."""
+        return tuple(sorted({r.after_window for r in self.of("resume_equivalence")}))
 
 
 def shipped_rule_names() -> list[str]:

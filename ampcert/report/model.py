@@ -417,7 +417,7 @@ def memory_fits(rs: ResultSet) -> list[MemoryFit]:
 
 def _capacity(runs: list[RunResult]) -> CapacityPlan | None:
     try:
-        cp = capacity_plan([r for r in runs if r.spec.repeat == 0], PLAN_SAMPLES, gpus=1)
+        cp = capacity_plan([r for r in runs if not r.spec.is_rerun], PLAN_SAMPLES, gpus=1)
     except Exception:  # noqa: BLE001 - a report must render even where a plan cannot be made
         return None
     return cp if cp.rows else None

@@ -58,7 +58,7 @@ def _by_precision(runs: Sequence[RunResult]) -> list[tuple[str, list[RunResult]]
     order = ["fp32", "bf16", "fp16"]
     groups: dict[str, list[RunResult]] = {}
     for r in sorted(runs, key=lambda r: (r.spec.seed, r.spec.repeat)):
-        if r.spec.repeat == 0 and r.status == "completed":
+        if not r.spec.is_rerun and r.status == "completed":
             groups.setdefault(r.spec.precision, []).append(r)
     return [(p, groups[p]) for p in order if p in groups]
 

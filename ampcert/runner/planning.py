@@ -157,7 +157,7 @@ def plan_suite(suite_path: str | Path) -> SuitePlan:
 
     path = Path(suite_path)
     suite = load_suite(path)
-    min_seeds, repeats = 1, 0
+    min_seeds, repeats, resumes = 1, 0, ()
     certify_sha256 = None
     pack: RulePack | None = None
     if suite.certify is not None:
@@ -166,9 +166,9 @@ def plan_suite(suite_path: str | Path) -> SuitePlan:
         pack = load_rules(suite.certify)
         suite = suite.model_copy(update={"certify": pack.source})
         certify_sha256 = pack.sha256
-        min_seeds, repeats = pack.min_seeds(), pack.repeats()
+        min_seeds, repeats, resumes = pack.min_seeds(), pack.repeats(), pack.resumes()
     device = resolve_device(suite.device, suite.backend)
-    runs = expand(suite, device, min_seeds=min_seeds, repeats=repeats)
+    runs = expand(suite, device, min_seeds=min_seeds, repeats=repeats, resumes=resumes)
     if pack is not None:
         check_fp32_reference(pack, runs, path)
     check_fp8_layers(runs)

@@ -162,7 +162,7 @@ def test_a_run_s_error_has_no_blank_line_before_it(tmp_path, write_suite):
 
 @pytest.mark.parametrize("text, fragments", [
     ("certify: procurment\n", ["rules: no shipped rule pack is called 'procurment'", "did you mean 'procurement'?",
-                               "shipped: default, fp8, procurement"]),
+                               "shipped: default, fp8, procurement, recipes"]),
     ("amp: ampcert\npolicy: torch-cpuu\n", ["policy: no shipped policy is called 'torch-cpuu'",
                                             "did you mean 'torch-cpu'?", "shipped: jax, torch-cpu, torch-cuda"]),
     ("precision: [fp32, bf16]\n", ["precision: unknown field; did you mean `precisions`?", "valid fields: name,"]),

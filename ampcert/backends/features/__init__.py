@@ -56,6 +56,8 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("compile scope", ("torch",), lambda spec: spec.torch_compile is not None, "compile_scope:CompileScope"),
     Entry("injected slowdown", ("torch", "jax"), lambda spec: bool(spec.fault.injected_slowdown),
           "slowdown:InjectedSlowdown"),
+    Entry("resume from checkpoint", ("torch", "jax"), lambda spec: spec.resume.resume_after_window is not None,
+          "resume:ResumeFromCheckpoint"),
     Entry("training state", ("torch",), lambda spec: True, "training_state:TorchTrainingState"),
     Entry("training state", ("jax",), lambda spec: True, "jax_training_state:JaxTrainingState"),
 )
