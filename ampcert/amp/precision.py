@@ -15,7 +15,8 @@ from ampcert.amp.recipes import RECIPES
 # The precision recipes (amp/recipes.py) are precisions too, each named once there: a test
 # holds this list equal to RECIPES.
 Precision = Literal["fp32", "fp16", "bf16", "fp8", "mxfp8",
-                    "bf16-true", "bf16-true-sr", "bf16-state", "bf16-adamw8bit", "bf16-reduce"]
+                    "bf16-true", "bf16-true-sr", "bf16-state", "bf16-adamw8bit", "bf16-reduce",
+                    "bf16-fsdp", "bf16-fsdp-reduce"]
 # In the order suites, tables and reports list them: the reference first.
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 REFERENCE: Precision = "fp32"

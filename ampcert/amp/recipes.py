@@ -50,16 +50,27 @@ class Recipe:
     weights: WeightsDtype
     optimizer_state: StateDtype
     rounding: Rounding = "nearest"
-    # The dtype gradients are reduced in across data-parallel ranks (DDP's communication).
+    # The dtype gradients are reduced in across data-parallel ranks (DDP's communication,
+    # or FSDP2's reduce_dtype).
     reduce: WeightsDtype = "fp32"
+    # FSDP2 (fully_shard): the weights, gradients and optimizer state sharded over the
+    # ranks, each layer's parameters gathered in ``base`` for its compute
+    # (MixedPrecisionPolicy(param_dtype=base, reduce_dtype=reduce)).
+    shard: bool = False
     frameworks: tuple[str, ...] = ("torch",)
     # Lightning's name for the same recipe, where Lightning has one.
     lightning: str | None = None
 
     @property
     def needs_ranks(self) -> bool:
-        """Whether it only means something on more than one rank: a reduction's dtype."""
-        return self.reduce != self.weights
+        """Whether it only means something on more than one rank: a reduction's dtype, a
+        sharding."""
+        return self.shard or self.reduce != self.weights
+
+    @property
+    def reduces_by_hook(self) -> bool:
+        """Whether DDP's communication hook reduces in another dtype (FSDP2 reduces by its policy)."""
+        return not self.shard and self.reduce != self.weights
 
     @property
     def keeps_master_weights(self) -> bool:
@@ -89,6 +100,13 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("bf16-reduce", "bf16 autocast with fp32 master weights and the gradients reduced across ranks in "
            "bf16 (DDP's bf16 compression hook)",
            base="bf16", autocast=True, weights="fp32", optimizer_state="fp32", reduce="bf16"),
+    Recipe("bf16-fsdp", "FSDP2 (fully_shard): fp32 weights, gradients and optimizer state sharded over the ranks, "
+           "each layer gathered in bf16 for its compute, gradients reduced in fp32 "
+           "(MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32))",
+           base="bf16", autocast=False, weights="fp32", optimizer_state="fp32", reduce="fp32", shard=True),
+    Recipe("bf16-fsdp-reduce", "bf16-fsdp with the gradients reduced in bf16 "
+           "(MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16))",
+           base="bf16", autocast=False, weights="fp32", optimizer_state="fp32", reduce="bf16", shard=True),
 )}
 
 

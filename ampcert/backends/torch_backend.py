@@ -208,6 +208,8 @@ def make_amp(spec: RunSpec) -> Amp:
 def weights_digest(model: torch.nn.Module) -> str:
     h = hashlib.sha256()
     for name, tensor in model.state_dict().items():
+        if hasattr(tensor, "full_tensor"):  # a sharded DTensor (FSDP2): every rank gathers the whole
+            tensor = tensor.full_tensor()
         h.update(name.encode())
         h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
@@ -272,8 +274,9 @@ class TorchFramework(loop.TaskData):
     around ``forward(x, y)``, then the loss scaler's backward, step and update). Features
     replace its parts: the compile scope ``forward`` or the whole ``run_step``,
     torchrun the ``train_model``, ``shard``, ``reduce_losses`` and ``evaluates``, a
-    precision recipe the ``optimizer_for`` the workload's optimizer and the gradients'
-    ``comm_hook`` (which the precision probe wraps to see what is communicated)."""
+    precision recipe the ``optimizer_for`` the workload's optimizer, the gradients'
+    ``comm_hook`` (which the precision probe wraps to see what is communicated) and the
+    ``data_parallel`` that shares the model over torchrun's ranks."""
 
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
@@ -293,6 +296,9 @@ class TorchFramework(loop.TaskData):
         # How a data-parallel wrapper communicates gradients (a DDP communication hook; None:
         # DDP's own allreduce), registered once the features have had the model.
         self.comm_hook: Callable[[Any, Any], Any] | None = None
+        # How torchrun's ranks share the model: None, DistributedDataParallel; a recipe may
+        # shard it instead (FSDP2), a callable (model, device) -> the model as it trains.
+        self.data_parallel: Callable[[torch.nn.Module, str], torch.nn.Module] | None = None
 
     # ---------------------------------------------------------------- building
     def start_telemetry(self, gpus: list[int | None]) -> Telemetry:

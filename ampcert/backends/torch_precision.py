@@ -126,6 +126,12 @@ class PrecisionProbe(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+def note_comm_dtype(observed: Observed, dtype: Any) -> None:
+    """The dtype a data-parallel wrapper reduces gradients in by its configuration (FSDP2's
+    ``reduce_dtype``, which exposes no hook to watch)."""
+    observed.comm = _lower(observed.comm, MLPERF_NAME.get(dtype))
+
+
 def observing_comm(inner: Any, observed: Observed) -> Any:
     """A DDP communication hook that notes the dtype each gradient bucket is communicated
     in, then communicates it as ``inner`` does (None: DDP's default, averaged over ranks).
@@ -164,7 +170,8 @@ def disclosure(observed: Observed, world_size: int, fp8_layers: int = 0) -> dict
     out["attn"] = ({"value": observed.attn, "observed": True, "ops": sorted(observed.attn_ops)} if observed.attn
                    else {"value": out["linear"]["value"], "observed": False, "reason": "no attention ops"})
     if world_size > 1:
-        out["comm"] = ({"value": observed.comm, "observed": True, "what": "DDP gradient all-reduce buckets"}
+        out["comm"] = ({"value": observed.comm, "observed": True,
+                        "what": "the gradients' reduction across ranks (DDP's buckets, or FSDP2's reduce_dtype)"}
                        if observed.comm else {"value": "fp32", "observed": False,
                                               "reason": "no gradient all-reduce seen in the first step"})
     else:

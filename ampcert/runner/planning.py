@@ -157,7 +157,8 @@ def plan_suite(suite_path: str | Path) -> SuitePlan:
 
     path = Path(suite_path)
     suite = load_suite(path)
-    min_seeds, repeats, resumes = 1, 0, ()
+    min_seeds, repeats = 1, 0
+    resumes: tuple[int, ...] = ()
     certify_sha256 = None
     pack: RulePack | None = None
     if suite.certify is not None:

@@ -29,10 +29,24 @@ def test_what_each_recipe_changes_follows_from_its_row():
     true, sr, state, reduce = (RECIPES[n] for n in ("bf16-true", "bf16-true-sr", "bf16-state", "bf16-reduce"))
     assert not true.own_optimizer and not true.keeps_master_weights  # the workload's optimizer, on bf16 weights
     assert sr.own_optimizer and state.own_optimizer and RECIPES["bf16-adamw8bit"].own_optimizer
-    assert reduce.needs_ranks and not any(RECIPES[n].needs_ranks for n in RECIPES if n != "bf16-reduce")
+    assert {n for n in RECIPES if RECIPES[n].needs_ranks} == {"bf16-reduce", "bf16-fsdp", "bf16-fsdp-reduce"}
+    assert reduce.reduces_by_hook and not RECIPES["bf16-fsdp-reduce"].reduces_by_hook  # FSDP2 by its policy
+    assert RECIPES["bf16-fsdp"].shard and autocast_precision("bf16-fsdp") == "fp32"  # FSDP casts, not autocast
     assert true.lightning == "bf16-true"
 
 
 def test_every_recipe_is_on_its_docs_page():
     page = (REPO / "docs" / "recipes.md").read_text()
     assert all(f"`{name}`" in page for name in RECIPES)
+
+
+def test_a_rule_that_names_a_recipes_base_judges_the_recipe_and_one_that_names_the_recipe_only_it():
+    from ampcert.certify.rules import AppliesTo
+
+    def judged(precisions, precision):
+        return AppliesTo(precisions=precisions).matches("gpt", "gpt", "torch", "native", precision)
+
+    assert judged(["bf16"], "bf16-true") and judged(["bf16"], "bf16-fsdp") and judged(["bf16"], "bf16")
+    assert not judged(["fp16"], "bf16-true") and not judged(["fp32"], "bf16-state")
+    assert judged(["bf16-true"], "bf16-true") and not judged(["bf16-true"], "bf16-true-sr")
+    assert not judged(["bf16-true"], "bf16")  # naming a recipe does not reach its base

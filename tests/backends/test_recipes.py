@@ -112,34 +112,6 @@ workloads:
     assert "what training holds per parameter" in (out / "report.html").read_text()
 
 
-def test_the_bf16_reduction_recipe_trains_on_two_ranks_through_torchrun(tmp_path, write_suite):
-    suite = write_suite("""
-name: reduce
-amp: native
-device: cpu
-precisions: [fp32]
-recipes: [bf16-reduce]
-seeds: [0]
-train: {steps: 4, eval_every: 2}
-launcher: torchrun
-torchrun: {nproc_per_node: 2}
-workloads:
-  - workload: digits
-""")
-    out = tmp_path / "out"
-    proc = warm_cli("run", suite, "--out", out, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    results = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/result.json"))]
-    reduced = next(r for r in results if r["spec"]["precision"] == "bf16-reduce")
-    assert reduced["status"] == "completed", reduced.get("reason")
-    assert reduced["environment"]["distributed"]["world_size"] == 2
-    assert reduced["training_state"]["weights_dtype"] == "float32"  # fp32 master weights; bf16 on the wire
-    plain = next(r for r in results if r["spec"]["precision"] == "fp32")
-    # MLPerf's comm disclosure: what the gradients crossed the wire in
-    assert (reduced["lowest_precision"]["comm"], plain["lowest_precision"]["comm"]) == ("bfloat16", "fp32")
-    assert reduced["weights_sha256"] != plain["weights_sha256"]  # bf16 autocast and a bf16 reduction
-
-
 @pytest.mark.parametrize(("doc", "message"), [
     ({"recipes": ["bf16"]}, "`recipes` names bf16, a precision: list it under `precisions`"),
     ({"recipes": ["bf16-reduce"]}, "recipe bf16-reduce reduces gradients across ranks in bf16: workload 'digits' "
@@ -190,3 +162,39 @@ workloads:
     assert rows["bf16-true"]["total_vs_fp32"] == pytest.approx(0.5, abs=0.01)  # params, grads, Adam's moments
     run = next(r for r in report["runs"] if r["spec"]["precision"] == "bf16-true")
     assert run["lowest_precision"]["linear"] == "bfloat16"
+
+
+def test_the_reduction_recipes_train_on_two_ranks_through_torchrun(tmp_path, write_suite):
+    """DDP's bf16 gradient reduction, and FSDP2's fully_shard with MixedPrecisionPolicy(
+    param_dtype=bf16, reduce_dtype=fp32 | bf16), on two ranks (gloo)."""
+    suite = write_suite("""
+name: reduce
+amp: native
+device: cpu
+precisions: [fp32]
+recipes: [bf16-reduce, bf16-fsdp, bf16-fsdp-reduce]
+seeds: [0]
+train: {steps: 4, eval_every: 2}
+launcher: torchrun
+torchrun: {nproc_per_node: 2}
+workloads:
+  - workload: digits
+""")
+    out = tmp_path / "out"
+    proc = warm_cli("run", suite, "--out", out, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = {r["spec"]["precision"]: r for r in
+               (json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/result.json")))}
+    for run in results.values():
+        assert run["status"] == "completed", run.get("reason")
+        assert run["environment"]["distributed"]["world_size"] == 2
+        assert run["training_state"]["weights_dtype"] == "float32"  # fp32 master weights
+    # MLLOG's comm disclosure: what the gradients crossed the wire in
+    assert {p: r["lowest_precision"]["comm"] for p, r in results.items()} == {
+        "fp32": "fp32", "bf16-reduce": "bfloat16", "bf16-fsdp": "fp32", "bf16-fsdp-reduce": "bfloat16"}
+    for name in ("bf16-fsdp", "bf16-fsdp-reduce"):
+        state = results[name]["training_state"]
+        # per rank: half of the fp32 weights (4 bytes a parameter, sharded over 2 ranks)
+        assert state["weights_bytes"] / state["parameters"] == pytest.approx(2.0, rel=0.02)
+        assert results[name]["lowest_precision"]["linear"] == "bfloat16"  # each layer gathered in bf16
+    assert len({r["weights_sha256"] for r in results.values()}) == 4

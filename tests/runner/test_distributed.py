@@ -250,7 +250,7 @@ def test_two_gloo_ranks_match_the_single_process_run_and_fail_like_workers(tmp_p
     assert '"key": "micro_batch_size", "value": 32' in mllog
     lowest = ddp.lowest_precision
     assert lowest is not None and (lowest.linear, lowest.attn, lowest.comm) == ("fp32", "fp32", "fp32")
-    assert lowest.detail["comm"] == {"observed": True, "what": "DDP gradient all-reduce buckets"}
+    assert lowest.detail["comm"] == {"observed": True, "what": "the gradients' reduction across ranks (DDP's buckets, or FSDP2's reduce_dtype)"}
 
     assert {runs[k].status for k in ("raising", "killed", "digits-timeout")} == {"failed"}
     assert runs["raising"].reason == "ValueError: injected failure at step 7"

@@ -49,6 +49,17 @@ class _RecipeOptimizer(torch.optim.Optimizer):
         self.state_dtype = _DTYPES[state_dtype]
         self.stochastic_round = stochastic_round
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's loading casts every floating state tensor to its parameter's dtype (fp32
+        moments beside fp32 master weights); they go back to the state's own dtype, exactly
+        (the values were that dtype's), or the update would no longer round through it and
+        a resumed run would drift from the one that never stopped."""
+        super().load_state_dict(state_dict)
+        for state in self.state.values():
+            for name, value in state.items():
+                if name != "step" and isinstance(value, Tensor) and value.is_floating_point():
+                    state[name] = value.to(self.state_dtype)
+
     def _buffer(self, p: Tensor) -> Tensor:
         return torch.zeros_like(p, dtype=self.state_dtype, memory_format=torch.preserve_format)
 
@@ -179,6 +190,7 @@ def tensor_bytes(t: Tensor) -> int:
     """The bytes ``t`` holds; a wrapper subclass (``__tensor_flatten__``) by its inner tensors."""
     flatten = getattr(t, "__tensor_flatten__", None)
     if flatten is not None and type(t) is not Tensor and not isinstance(t, torch.nn.Parameter):
-        names, _ = flatten()
-        return sum(tensor_bytes(getattr(t, name)) for name in names)
+        names, _ = flatten()  # a DTensor also names its mesh: only the tensors hold bytes
+        inner = (getattr(t, name) for name in names)
+        return sum(tensor_bytes(value) for value in inner if isinstance(value, Tensor))
     return t.numel() * t.element_size()

@@ -49,7 +49,7 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("recipe weights", ("torch",), lambda spec: spec.precision in RECIPES, "recipe:RecipeWeights"),
     Entry("recipe weights", ("jax",), lambda spec: spec.precision in RECIPES, "jax_recipe:JaxRecipeWeights"),
     Entry("torchrun", ("torch",), lambda spec: spec.launch.launcher == "torchrun", "torchrun:TorchrunRanks"),
-    Entry("recipe reduction", ("torch",), lambda spec: spec.precision in RECIPES and RECIPES[spec.precision].needs_ranks,
+    Entry("recipe reduction", ("torch",), lambda spec: spec.precision in RECIPES and RECIPES[spec.precision].reduces_by_hook,
           "recipe:RecipeReduction"),
     Entry("precision probe", ("torch",), lambda spec: True, "precision_probe:TorchPrecisionProbe"),
     Entry("precision probe", ("jax",), lambda spec: True, "precision_probe:JaxPrecisionProbe"),

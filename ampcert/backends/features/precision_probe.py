@@ -28,6 +28,9 @@ class TorchPrecisionProbe(Feature):
         self.probe = torch_precision.PrecisionProbe(fw.model, run.spec.device)
         if fw.train_model is not fw.model:  # wrapped for data parallelism: its collective's dtype
             fw.comm_hook = torch_precision.observing_comm(fw.comm_hook, self.probe.observed)
+        wire = getattr(fw.data_parallel, "wire_dtype", None)  # sharded in its place: its reduce dtype
+        if wire is not None:
+            torch_precision.note_comm_dtype(self.probe.observed, wire)
 
     def before_step(self, run: Run, step: int) -> None:
         if step == 1:

@@ -45,6 +45,37 @@ class RecipeWeights(Feature):
             model.register_forward_pre_hook(_inputs_to(dtype))
         if recipe.own_optimizer:
             fw.optimizer_for = lambda optimizer: _remade(optimizer, recipe)  # type: ignore[attr-defined]
+        if recipe.shard:
+            fw.data_parallel = _FullyShard(recipe)  # type: ignore[attr-defined]
+
+
+class _FullyShard:
+    """FSDP2 for torchrun's ranks: each child module with parameters, then the model, sharded
+    (``fully_shard``) with the recipe's MixedPrecisionPolicy; the forward gathers from
+    every rank, so every rank evaluates."""
+
+    collective_forward = True
+
+    def __init__(self, recipe: Recipe) -> None:
+        self.recipe = recipe
+        self.wire_dtype = _DTYPES[recipe.reduce]  # what the precision probe reports as its communication
+
+    def __call__(self, model: torch.nn.Module, device: str) -> torch.nn.Module:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        policy = MixedPrecisionPolicy(param_dtype=_DTYPES[self.recipe.base], reduce_dtype=_DTYPES[self.recipe.reduce])
+        for unit in _shard_units(model):
+            fully_shard(unit, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
+        return model
+
+
+def _shard_units(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The blocks each sharded on their own, as FSDP2's users shard a transformer: the members
+    of the model's containers (ModuleList, ModuleDict: the stacked layers). The rest stays in
+    the root's group, tied weights included (an embedding and the head share one)."""
+    return [member for child in model.children() if isinstance(child, torch.nn.ModuleList | torch.nn.ModuleDict)
+            for member in child.children() if any(True for _ in member.parameters())]
 
 
 def _remade(optimizer: torch.optim.Optimizer, recipe: Recipe) -> torch.optim.Optimizer:

@@ -34,8 +34,10 @@ class TorchrunRanks(Feature):
             return
         fw: Any = run.framework
         dctx.check_batch(fw.batch_size)
-        fw.train_model = dctx.wrap(fw.model, run.spec.device)
-        fw.evaluates = dctx.is_main
+        wrap = fw.data_parallel or dctx.wrap
+        fw.train_model = wrap(fw.model, run.spec.device)
+        # a sharded model's forward gathers from every rank: all of them evaluate (rank 0 decides)
+        fw.evaluates = dctx.is_main or getattr(wrap, "collective_forward", False)
         fw.shard = self._shard
         fw.reduce_losses = dctx.mean
         run.config.append(("world_size", dctx.world))

@@ -131,3 +131,27 @@ def test_state_bytes_count_what_the_state_holds():
     steps = 4 * len(a.state)  # one fp32 step count per parameter tensor
     assert state_bytes(a) == 8 * n + steps
     assert state_bytes(b) == 4 * n + steps
+
+
+def test_a_loaded_state_keeps_its_own_dtype_and_the_updates_that_follow_are_the_same():
+    """torch's Optimizer.load_state_dict casts the moments to the parameters' fp32: the
+    recipe's optimizer holds them in bf16 again, so a resumed run goes on as it was."""
+    def train(steps, resume_at=None):
+        model = _model()
+        opt = AdamW(model.parameters(), lr=1e-3, state_dtype="bf16")
+        g = torch.Generator().manual_seed(7)
+        for step in range(steps):
+            if step == resume_at:
+                saved = opt.state_dict()
+                opt = AdamW(model.parameters(), lr=1e-3, state_dtype="bf16")
+                opt.load_state_dict(saved)
+            x, y = torch.randn(16, 96, generator=g), torch.randint(0, 10, (16,), generator=g)
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        return model, opt
+
+    straight, _ = train(6)
+    resumed, opt = train(6, resume_at=3)
+    assert {s["exp_avg"].dtype for s in opt.state.values()} == {torch.bfloat16}
+    assert all(torch.equal(a, b) for a, b in zip(straight.parameters(), resumed.parameters(), strict=True))
