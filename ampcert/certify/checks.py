@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, TypeVar, cast
 
-from ampcert.aggregate import group_runs, not_comparable, reference_key
+from ampcert.aggregate import group_runs, is_repeat, not_comparable, reference_key
 from ampcert.amp.precision import REFERENCE, Precision
 from ampcert.certify import rules as R
 from ampcert.certify.certificate import (  # noqa: F401 - the certificate's types, re-exported where they lived
@@ -49,8 +49,8 @@ class _Group:
                  siblings: dict[str, list[RunResult]] | None = None):
         self.subject = subject
         self.all = [r for r in runs if r.status != "skipped"]
-        self.primary = [r for r in self.all if not r.spec.is_rerun]
-        self.ref = [r for r in ref if r.status != "skipped" and not r.spec.is_rerun]
+        self.primary = [r for r in self.all if not is_repeat(r)]
+        self.ref = [r for r in ref if r.status != "skipped" and not is_repeat(r)]
         self.workload = runs[0].spec.workload
         # The other precisions of the same entry, backend and amp (a rule may compare with BF16).
         self._siblings = siblings or {}
@@ -61,7 +61,7 @@ class _Group:
         """The primary runs of ``precision`` that this subject is compared with."""
         if precision == REFERENCE:
             return self.ref
-        return [r for r in self._siblings.get(precision, []) if r.status != "skipped" and not r.spec.is_rerun]
+        return [r for r in self._siblings.get(precision, []) if r.status != "skipped" and not is_repeat(r)]
 
     def completed(self, runs: list[RunResult] | None = None) -> list[RunResult]:
         return [r for r in (self.primary if runs is None else runs) if r.status == "completed"]

@@ -23,7 +23,7 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ampcert.aggregate import Aggregate, aggregate, steady
+from ampcert.aggregate import Aggregate, aggregate, is_repeat, steady
 from ampcert.capacity_planning import CapacityPlan, capacity_plan
 from ampcert.certify.checks import Certificate
 from ampcert.envinfo import CPU_FLAGS_OF_INTEREST
@@ -417,7 +417,7 @@ def memory_fits(rs: ResultSet) -> list[MemoryFit]:
 
 def _capacity(runs: list[RunResult]) -> CapacityPlan | None:
     try:
-        cp = capacity_plan([r for r in runs if not r.spec.is_rerun], PLAN_SAMPLES, gpus=1)
+        cp = capacity_plan([r for r in runs if not is_repeat(r)], PLAN_SAMPLES, gpus=1)
     except Exception:  # noqa: BLE001 - a report must render even where a plan cannot be made
         return None
     return cp if cp.rows else None

@@ -22,6 +22,7 @@ matplotlib.use("svg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ampcert.aggregate import is_repeat  # noqa: E402
 from ampcert.memory import MemoryFit  # noqa: E402
 from ampcert.results import RunResult  # noqa: E402
 
@@ -58,7 +59,7 @@ def _by_precision(runs: Sequence[RunResult]) -> list[tuple[str, list[RunResult]]
     order = ["fp32", "bf16", "fp16"]
     groups: dict[str, list[RunResult]] = {}
     for r in sorted(runs, key=lambda r: (r.spec.seed, r.spec.repeat)):
-        if not r.spec.is_rerun and r.status == "completed":
+        if not is_repeat(r) and r.status == "completed":
             groups.setdefault(r.spec.precision, []).append(r)
     return [(p, groups[p]) for p in order if p in groups]
 
