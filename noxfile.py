@@ -76,7 +76,9 @@ def gpu(session: nox.Session) -> None:
 # venv, read from the machines' disk, not downloaded) and runs on the CPU here.
 CURRENT_TORCH = "torch==2.14.1"
 TORCH_AMP_TESTS = ("tests/amp", "tests/backends/test_amp_parity.py", "tests/backends/test_amp_harness.py",
-                   "tests/backends/test_flops.py")
+                   "tests/backends/test_flops.py",
+                   # precision recipes: torchao's update bit for bit, FSDP2 and DDP on two ranks, resuming
+                   "tests/backends/test_recipes.py", "tests/backends/test_resume.py")
 # One tiny suite through `ampcert run`: ampcert's autocast in bf16 and fp16 (the latter
 # with DynamicLossScaler), in real worker processes.
 TINY_AMPCERT_SUITE = """\
