@@ -43,10 +43,10 @@ def reference_key(key: Subject) -> Subject:
 
 def is_repeat(r: RunResult) -> bool:
     """A rerun of a seed already in the group (a determinism repeat, a resumed run): not
-    one of the group's samples. Read by attribute, as RunSpec.is_rerun would: the gate
-    groups runs of stored reports of any age, which may have neither field."""
-    resumed = getattr(getattr(r.spec, "resume", None), "resume_after_window", None)
-    return bool(getattr(r.spec, "repeat", 0)) or resumed is not None
+    one of the group's samples (:attr:`RunSpec.is_rerun`; a spec without it, as the gate's
+    duck-typed runs, by its repeat)."""
+    rerun = getattr(r.spec, "is_rerun", None)
+    return bool(getattr(r.spec, "repeat", 0)) if rerun is None else rerun
 
 
 def sort_key(key: Subject) -> tuple[str, str, str, int]:

@@ -196,8 +196,9 @@ class TrainingState(_Model):
     gradients_bytes: int
     optimizer_state_bytes: int
 
-    def per_parameter(self, part_bytes: int) -> float | None:
-        return part_bytes / self.parameters if self.parameters else None
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_state_bytes
 
 
 class TrainedFields(_Model):

@@ -425,7 +425,6 @@ class Suite(_Strict):
                 raise ValueError(f"workload {entry.label!r}: precision {fp8[0]} is not supported by the JAX backend "
                                  "(ampcert's FP8 scales Linear layers of torch models; see docs/policies.md, "
                                  "\"FP8 and MXFP8\"): train it with `backend: torch`")
-        self._check_recipes()
         listed: list[tuple[str, list[Any]]] = [("precisions", list(self.precisions)), ("recipes", list(self.recipes)),
                                                ("seeds", list(self.seeds))]
         for where, values in listed:
@@ -449,6 +448,7 @@ class Suite(_Strict):
             if self.torchrun_of(entry) is None:
                 raise ValueError(f"workload {entry.label!r}: `launcher: torchrun` needs "
                                  "`torchrun: {nproc_per_node: N}` (in the suite or the entry)")
+        self._check_recipes()  # after the launcher's checks: a recipe's needs read the launch they made sure of
         return self
 
     def _check_recipes(self) -> None:
@@ -465,9 +465,7 @@ class Suite(_Strict):
                                      f"this suite's backend is {self.backend}")
                 if entry.command is not None:  # it trains itself, told the recipe's name (AMPCERT_PRECISION)
                     continue
-                tr = self.torchrun_of(entry)
-                world = tr.nnodes * tr.nproc_per_node if tr is not None else 1
-                if recipe.needs_ranks and (self.launcher_of(entry) != "torchrun" or world < 2):
+                if recipe.needs_ranks and _launch(self, entry).world_size < 2:
                     raise ValueError(f"recipe {name} reduces gradients across ranks in {recipe.reduce}: workload "
                                      f"{entry.label!r} needs `launcher: torchrun` with two or more ranks")
 

@@ -73,10 +73,6 @@ class Recipe:
         return not self.shard and self.reduce != self.weights
 
     @property
-    def keeps_master_weights(self) -> bool:
-        return self.weights == "fp32"
-
-    @property
     def own_optimizer(self) -> bool:
         """Whether the workload's optimizer is replaced: its state or its rounding is the
         recipe's, not what torch's optimizer keeps for weights of that dtype."""
@@ -108,8 +104,3 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            "(MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16))",
            base="bf16", autocast=False, weights="fp32", optimizer_state="fp32", reduce="bf16", shard=True),
 )}
-
-
-def recipe_of(precision: str) -> Recipe | None:
-    """The recipe ``precision`` names; None for a plain precision (fp32, bf16, fp8, ...)."""
-    return RECIPES.get(precision)

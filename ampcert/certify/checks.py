@@ -70,6 +70,15 @@ class _Group:
         return {r.spec.seed: r for r in runs}
 
 
+def _first_difference(a: list[Any], b: list[Any]) -> int | None:
+    """The 0-based index where two series first differ (where the shorter ends, if it is the
+    other's start); None where they are the same."""
+    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+    if first is None and len(a) != len(b):
+        first = min(len(a), len(b))
+    return first
+
+
 def _repeat(r: RunResult) -> int:
     return getattr(r.spec, "repeat", 0) or 0
 
@@ -248,17 +257,12 @@ def check_determinism(rule: R.Determinism, g: _Group) -> Verdict | None:
         elif orig.status == "completed" and orig.spec.command is not None:
             # An own job reports no loss, weights or determinism settings: its
             # evaluations, value by value, are what a repeat can be held to.
-            a, b = [e.value for e in orig.evals], [e.value for e in rep.evals]
-            first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
-            if first is None and len(a) != len(b):
-                first = min(len(a), len(b))
+            first = _first_difference([e.value for e in orig.evals], [e.value for e in rep.evals])
             entry["first_differing_eval"] = None if first is None else first + 1
             if first is not None:
                 problems.append(f"seed {rep.spec.seed}: the job's evaluations differ from eval {first + 1}")
         elif orig.status == "completed":
-            first = next((i for i, (a, b) in enumerate(zip(orig.loss, rep.loss, strict=False)) if a != b), None)
-            if first is None and len(orig.loss) != len(rep.loss):
-                first = min(len(orig.loss), len(rep.loss))
+            first = _first_difference(orig.loss, rep.loss)
             entry["first_differing_step"] = None if first is None else first + 1
             if first is not None:
                 problems.append(f"seed {rep.spec.seed}: loss differs from step {first + 1}")
@@ -305,9 +309,7 @@ def check_resume_equivalence(rule: R.ResumeEquivalence, g: _Group) -> Verdict | 
             unjudged.append(f"seed {run.spec.seed}: training ended before window {rule.after_window}, "
                             "so nothing was resumed")
             continue
-        first = next((i for i, (a, b) in enumerate(zip(orig.loss, run.loss, strict=False)) if a != b), None)
-        if first is None and len(orig.loss) != len(run.loss):
-            first = min(len(orig.loss), len(run.loss))
+        first = _first_difference(orig.loss, run.loss)
         same_weights = orig.weights_sha256 == run.weights_sha256
         delta = abs(cast(float, run.final_metric) - cast(float, orig.final_metric))
         entry.update(first_differing_step=None if first is None else first + 1, same_weights=same_weights,

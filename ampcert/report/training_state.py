@@ -47,10 +47,9 @@ def training_state_rows(runs: list[RunResult], fits: list[MemoryFit]) -> list[Tr
     by_subject = {fit.subject: fit for fit in fits}
     rows = []
     for key, state in states.items():
-        total = state.weights_bytes + state.gradients_bytes + state.optimizer_state_bytes
+        total = state.total_bytes
         reference = states.get(reference_key(key))
-        fp32_total = (reference.weights_bytes + reference.gradients_bytes + reference.optimizer_state_bytes
-                      if reference is not None else None)
+        fp32_total = reference.total_bytes if reference is not None else None
         fit = by_subject.get(key)
         rows.append(TrainingStateRow(
             subject=key, parameters=state.parameters, weights_dtype=state.weights_dtype,

@@ -27,7 +27,7 @@ def test_a_recipe_computes_in_its_base_or_in_fp32_when_its_model_is_in_its_dtype
 
 def test_what_each_recipe_changes_follows_from_its_row():
     true, sr, state, reduce = (RECIPES[n] for n in ("bf16-true", "bf16-true-sr", "bf16-state", "bf16-reduce"))
-    assert not true.own_optimizer and not true.keeps_master_weights  # the workload's optimizer, on bf16 weights
+    assert not true.own_optimizer and true.weights == "bf16"  # the workload's optimizer, on bf16 weights
     assert sr.own_optimizer and state.own_optimizer and RECIPES["bf16-adamw8bit"].own_optimizer
     assert {n for n in RECIPES if RECIPES[n].needs_ranks} == {"bf16-reduce", "bf16-fsdp", "bf16-fsdp-reduce"}
     assert reduce.reduces_by_hook and not RECIPES["bf16-fsdp-reduce"].reduces_by_hook  # FSDP2 by its policy

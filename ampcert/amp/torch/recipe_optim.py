@@ -25,7 +25,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+from ..precision import dtype_name
+
+STATE_DTYPES = ("fp32", "bf16")  # what ampcert's own optimizers keep their state in; int8 is torchao's
 
 
 def stochastic_round_bf16(x: Tensor) -> Tensor:
@@ -43,10 +45,10 @@ class _RecipeOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any], *, state_dtype: str = "fp32",
                  stochastic_round: bool = False) -> None:
-        if state_dtype not in _DTYPES:
-            raise ValueError(f"state_dtype {state_dtype!r}: expected one of {sorted(_DTYPES)}")
+        if state_dtype not in STATE_DTYPES:
+            raise ValueError(f"state_dtype {state_dtype!r}: expected one of {list(STATE_DTYPES)}")
         super().__init__(params, defaults)
-        self.state_dtype = _DTYPES[state_dtype]
+        self.state_dtype = getattr(torch, dtype_name(state_dtype))
         self.stochastic_round = stochastic_round
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

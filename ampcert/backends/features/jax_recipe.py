@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ampcert.amp.precision import dtype_name
 from ampcert.amp.recipes import RECIPES
 from ampcert.backends.contract import Unsupported
 from ampcert.backends.training_loop import Feature, Run
@@ -22,7 +23,7 @@ class JaxRecipeWeights(Feature):
         recipe, fw = RECIPES[run.spec.precision], run.framework
         if recipe.own_optimizer or recipe.needs_ranks:  # the suite refuses these for JAX; said again here
             raise Unsupported(f"recipe {recipe.name} trains with torch only")
-        dtype = jnp.dtype({"fp32": "float32", "bf16": "bfloat16"}[recipe.weights])
+        dtype = jnp.dtype(dtype_name(recipe.weights))
         fw_: Any = fw
         fw_.params = jax.tree_util.tree_map(
             lambda leaf: leaf.astype(dtype) if jnp.issubdtype(leaf.dtype, jnp.floating) else leaf, fw_.params)

@@ -17,11 +17,14 @@ from typing import Any
 
 import torch
 
+from ampcert.amp.precision import dtype_name
 from ampcert.amp.recipes import RECIPES, Recipe
 from ampcert.backends.contract import Unsupported
 from ampcert.backends.training_loop import Feature, Run
 
-_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+def _dtype(precision: str) -> torch.dtype:
+    return getattr(torch, dtype_name(precision))
 
 
 def _recipe(run: Run) -> Recipe:
@@ -39,7 +42,7 @@ class RecipeWeights(Feature):
     def model_ready(self, run: Run) -> None:
         recipe, fw = _recipe(run), run.framework
         model: torch.nn.Module = fw.model  # type: ignore[attr-defined]
-        dtype = _DTYPES[recipe.weights]
+        dtype = _dtype(recipe.weights)
         if dtype != torch.float32:
             model.to(dtype)
             model.register_forward_pre_hook(_inputs_to(dtype))
@@ -50,20 +53,20 @@ class RecipeWeights(Feature):
 
 
 class _FullyShard:
-    """FSDP2 for torchrun's ranks: each child module with parameters, then the model, sharded
-    (``fully_shard``) with the recipe's MixedPrecisionPolicy; the forward gathers from
-    every rank, so every rank evaluates."""
+    """FSDP2 for torchrun's ranks: each stacked block (:func:`_shard_units`), then the model,
+    sharded (``fully_shard``) with the recipe's MixedPrecisionPolicy; the forward gathers
+    from every rank, so every rank evaluates."""
 
     collective_forward = True
 
     def __init__(self, recipe: Recipe) -> None:
         self.recipe = recipe
-        self.wire_dtype = _DTYPES[recipe.reduce]  # what the precision probe reports as its communication
+        self.wire_dtype = _dtype(recipe.reduce)  # what the precision probe reports as its communication
 
     def __call__(self, model: torch.nn.Module, device: str) -> torch.nn.Module:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        policy = MixedPrecisionPolicy(param_dtype=_DTYPES[self.recipe.base], reduce_dtype=_DTYPES[self.recipe.reduce])
+        policy = MixedPrecisionPolicy(param_dtype=_dtype(self.recipe.base), reduce_dtype=_dtype(self.recipe.reduce))
         for unit in _shard_units(model):
             fully_shard(unit, mp_policy=policy)
         fully_shard(model, mp_policy=policy)
