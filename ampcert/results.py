@@ -43,7 +43,7 @@ from ampcert.atomic import (
 )
 from ampcert.errors import UserError
 from ampcert.regular_files import link_target, read_regular_file  # noqa: F401 (read_regular_file: re-exported)
-from ampcert.spec import MAX_NAME_LEN, RunSpec, id_problem, shown
+from ampcert.spec import MAX_NAME_LEN, RunSpec, id_problem, shown, speed_probes
 from ampcert.stored_plan import StoredPlan
 
 if TYPE_CHECKING:
@@ -201,6 +201,34 @@ class TrainingState(_Model):
         return self.weights_bytes + self.gradients_bytes + self.optimizer_state_bytes
 
 
+class SpeedProbeResult(_Model):
+    """One speed-probe process (RunSpec.is_speed_probe; ampcert/backends/speed_probe.py): the
+    low precision's model and the FP32 model of the same entry and seed, built in one process
+    from the same state, trained on the same batches in alternating windows of
+    ``window_steps`` steps, with the calibration kernel timed between them. Its steps are
+    not the certified runs' steps: speed only. Per round (in the order measured) each path's
+    mean step time over its window and the kernel's time; ``aggregate.probe_summaries``
+    combines a subject's processes."""
+
+    reference: str = Field(description="the precision the speed-up is over (fp32)")
+    precision: str
+    window_steps: int
+    seconds: float = Field(description="the budget of alternating windows, after the warm-up")
+    threads: str = Field(description="the intra-op threads the probe trained with")
+    kernel: str = Field(description="the calibration kernel")
+    reference_step_ms: list[float] = Field(description="per round: the FP32 model's mean step time over its window")
+    step_ms: list[float] = Field(description="per round: the low precision's mean step time over its window")
+    kernel_ms: list[float] = Field(description="per round: the calibration kernel's time")
+    reference_first: list[bool] = Field(description="per round: whether FP32's window came first (alternating)")
+    counters: dict[str, dict[str, float]] | None = Field(
+        default=None, description="per precision, hardware counters per step (median over windows), where counted")
+    counters_note: str = Field(description="which counters were read, or why none were")
+
+    @property
+    def rounds(self) -> int:
+        return len(self.step_ms)
+
+
 class TrainedFields(_Model):
     """The fields of a :class:`RunResult` that training fills in, declared once:
     what the run trained and measured, how it was set up (policy, determinism,
@@ -255,6 +283,9 @@ class TrainedFields(_Model):
     training_state: TrainingState | None = Field(
         default=None, exclude_if=lambda v: v is None,
         description="bytes of the weights, gradients and optimizer state (torch runs; precision recipes' memory)")
+    speed_probe: SpeedProbeResult | None = Field(
+        default=None, exclude_if=lambda v: v is None,
+        description="a speed probe's rounds (speed-probe runs only; not a certified run)")
     accelerated: bool = True
     capability_note: str = ""
     amp_policy: dict[str, Any] | None = Field(default=None, description="the autocast policy: name and sha256 (and, for ampcert's torch autocast, the engine that decided the casts)")
@@ -537,6 +568,9 @@ class ResultSet:
     # The memory sweep's runs (RunSpec.is_memory_sweep) apart: their peak is their result (memory.py).
     memory_runs: list[RunResult] = field(default_factory=list)
     memory_missing: list[str] = field(default_factory=list)
+    # The speed probe's processes (spec.speed_probes), apart: a speed ratio is their result.
+    probe_runs: list[RunResult] = field(default_factory=list)
+    probe_missing: list[str] = field(default_factory=list)
 
     def frame(self) -> pd.DataFrame:
         """One row per run with the headline numbers, for tables and dashboards."""
@@ -597,5 +631,14 @@ def load(root: str | Path) -> ResultSet:
             missing.append(spec.run_id)
         else:
             runs.append(result)
+    probe_runs, probe_missing = [], []
+    # A shard's folder has no probes: they run where the folder is whole (merged, resumed).
+    for spec in speed_probes(plan.speed_probe, plan.runs) if not plan.shard else []:
+        result = rd.read_result(spec.run_id)
+        if result is None:
+            probe_missing.append(spec.run_id)
+        else:
+            probe_runs.append(result)
     return ResultSet(rd.root, plan.suite, [s for s in specs if not s.is_memory_sweep], *found[False],
-                     memory_runs=found[True][0], memory_missing=found[True][1])
+                     memory_runs=found[True][0], memory_missing=found[True][1],
+                     probe_runs=probe_runs, probe_missing=probe_missing)

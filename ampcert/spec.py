@@ -22,6 +22,7 @@ from pydantic import (
     ConfigDict,
     Field,
     GetJsonSchemaHandler,
+    NonNegativeInt,
     PositiveInt,
     PrivateAttr,
     SerializerFunctionWrapHandler,
@@ -268,6 +269,28 @@ class MemorySweep(_Strict):
         return self
 
 
+class SpeedProbe(_Strict):
+    """The speed probe (``speed_probe:``; docs/gate.md, "The speed probe"): after the
+    certified runs, for each entry and low precision that trains beside FP32, one process
+    holds both models of the first seed and times short windows of steps of each in turn,
+    with a fixed calibration kernel between them, for a budget of seconds. Its steps are
+    not the certified runs' steps: it measures speed only, and no verdict reads it.
+
+    The budget is ``share`` of the time the pair's certified runs took (all their seeds),
+    at most ``max_seconds``, split over ``processes`` probe processes: a process has a
+    speed of its own (where its memory landed, which cores its threads got), which more
+    processes average out, as pyperf's do. On a CPU a probe trains with ``cpu_threads``
+    intra-op threads (None: as the runs do); one thread keeps a shared VM's second core,
+    whose speed comes and goes, out of the ratio."""
+
+    enabled: bool = True
+    share: float = Field(default=0.10, gt=0, le=1)
+    max_seconds: float = Field(default=5.0, gt=0, le=3600)
+    processes: PositiveInt = Field(default=2, le=16)
+    window_steps: PositiveInt = Field(default=2, le=1000)
+    cpu_threads: PositiveInt | None = 1
+
+
 class SlurmOptions(_Strict):
     """Where ``ampcert run --executor slurm`` submits the suite's job arrays
     (command-line options win over these). Not part of any run's identity:
@@ -403,6 +426,9 @@ class Suite(_Strict):
         default_factory=dict)
     # A memory sweep: peak memory against batch size per entry and precision (MemorySweep).
     memory: MemorySweep | None = None
+    # The in-process interleaved speed probe after the certified runs (SpeedProbe); not part of
+    # any certified run's identity: turning it off or on changes no run id.
+    speed_probe: SpeedProbe = Field(default_factory=SpeedProbe)
     workloads: list[WorkloadEntry] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -562,6 +588,21 @@ class ResumePoint(_Strict):
     resume_after_window: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
+class ProbePoint(_Strict):
+    """A speed probe's process (:class:`SpeedProbe`): the run's spec is the low precision's,
+    of the first seed; the FP32 model it alternates with is :meth:`RunSpec.probe_reference`.
+    Every field None: not a probe. (Each is written only when set.)"""
+
+    probe_process: NonNegativeInt | None = Field(default=None, exclude_if=lambda v: v is None)
+    probe_window_steps: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
+    probe_cpu_threads: PositiveInt | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The FP32 reference's own injected slowdown (a suite's `inject_slowdown: {all: ...}`).
+    probe_reference_slowdown: float = Field(default=0.0, ge=0, le=1, exclude_if=lambda v: not v)
+    # Seconds of alternating windows, resolved from the pair's certified runs just before the
+    # probe runs (runner/speed_probes.py); how long it measures, not what: not in the run id.
+    probe_seconds: float | None = Field(default=None, gt=0, exclude_if=lambda v: v is None)
+
+
 class FaultInjection(_Strict):
     """What is done to a run on purpose, to test what judges it (the suite's
     ``inject_slowdown``): each training step held this fraction of its own time longer.
@@ -621,6 +662,8 @@ class RunSpec(_Strict):
     sweep: SweepPoint = Field(default_factory=SweepPoint)
     # Where it stops and resumes from its own checkpoint (none for every other run); stored flat.
     resume: ResumePoint = Field(default_factory=ResumePoint)
+    # A speed probe's process (none for every other run); stored flat.
+    probe: ProbePoint = Field(default_factory=ProbePoint)
 
     @model_validator(mode="before")
     @classmethod
@@ -668,9 +711,10 @@ class RunSpec(_Strict):
         if (self.train is None) == (self.command is None):
             raise ValueError("a run trains one job: ampcert's workload (`train`) or an own job (`command`)")
         if self.command is not None and (self.fault.injected_slowdown or self.sweep.batch_size is not None
-                                         or self.resume.resume_after_window is not None):
+                                         or self.resume.resume_after_window is not None
+                                         or self.probe.probe_process is not None):
             raise ValueError("an own job trains itself: it is neither slowed on purpose, nor a memory-sweep point, "
-                             "nor resumed by ampcert")
+                             "nor resumed nor probed by ampcert")
         return self
 
     @model_validator(mode="after")
@@ -739,6 +783,7 @@ class RunSpec(_Strict):
         ident.update(self.fault.model_dump())
         ident.update(self.sweep.model_dump())
         ident.update(self.resume.model_dump())  # a resumed run is another run of the seed
+        ident.update(self.probe.model_dump(exclude={"probe_seconds"}))  # a probe is no certified run
         return ident
 
     @property
@@ -749,7 +794,9 @@ class RunSpec(_Strict):
         batch = f"-b{point.batch_size}{'c' if point.confirms_budget else ''}" if point.batch_size is not None else ""
         window = self.resume.resume_after_window
         resumed = f"-k{window}" if window is not None else ""
-        return f"{self.label}-{self.precision}-{self.amp}-s{self.seed}{rep}{resumed}{batch}-{digest}"
+        process = self.probe.probe_process
+        probe = f"-p{process}" if process is not None else ""
+        return f"{self.label}-{self.precision}-{self.amp}-s{self.seed}{rep}{resumed}{batch}{probe}-{digest}"
 
     @property
     def is_rerun(self) -> bool:
@@ -763,10 +810,48 @@ class RunSpec(_Strict):
         not its speed or accuracy."""
         return self.sweep.batch_size is not None
 
+    @property
+    def is_speed_probe(self) -> bool:
+        """A process of the speed probe (:class:`SpeedProbe`): its speed ratio is its result,
+        and it is none of its subject's certified runs."""
+        return self.probe.probe_process is not None
+
+    def probe_reference(self) -> RunSpec:
+        """The FP32 run a speed probe alternates with: this run's entry and seed in FP32, with
+        FP32's own injected slowdown, accelerated (FP32 always is)."""
+        return self.model_copy(update={
+            "precision": "fp32", "fp8": None, "accelerated": True, "capability_note": "", "skip_reason": None,
+            "fault": FaultInjection(injected_slowdown=self.probe.probe_reference_slowdown),
+            "probe": ProbePoint()})
+
+
+def speed_probes(settings: SpeedProbe | None, runs: list[RunSpec]) -> list[RunSpec]:
+    """The speed probe's processes of a planned matrix (:class:`SpeedProbe`; none where
+    ``settings`` is None or turned off): for each entry label and precision other than FP32
+    whose first seed also trains in FP32, ``settings.processes`` probes of that seed, their
+    budget unresolved. Own jobs, torchrun's ranks, memory-sweep points and reruns have none.
+    Derived from the plan alone, the same on every call: `--resume` finds them done."""
+    if settings is None or not settings.enabled:
+        return []
+    firsts: dict[tuple[str, str], RunSpec] = {}
+    for run in runs:
+        if (run.command is None and run.world_size == 1 and not run.is_memory_sweep and not run.is_rerun
+                and not run.is_speed_probe):
+            firsts.setdefault((run.label, run.precision), run)  # the first seed's run, in matrix order
+    probes = []
+    for (label, precision), run in firsts.items():
+        reference = firsts.get((label, "fp32"))
+        if precision == "fp32" or reference is None or reference.seed != run.seed:
+            continue
+        probes += [run.model_copy(update={"probe": ProbePoint(
+            probe_process=process, probe_window_steps=settings.window_steps, probe_cpu_threads=settings.cpu_threads,
+            probe_reference_slowdown=reference.fault.injected_slowdown)}) for process in range(settings.processes)]
+    return probes
+
 
 # RunSpec's groups, by field: each is stored as its own fields, flat (schema v1).
 _GROUPS: dict[str, type[_Strict]] = {"launch": Launch, "sweep": SweepPoint, "fault": FaultInjection,
-                                     "resume": ResumePoint}
+                                     "resume": ResumePoint, "probe": ProbePoint}
 
 
 def _check_compile_scope(suite: Suite, source: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from ampcert.spec import RunSpec
+from ampcert.spec import RunSpec, SpeedProbe
 
 
 class ShardRecord(BaseModel):
@@ -50,6 +50,8 @@ class StoredPlan(BaseModel):
     runs: list[RunSpec]                  # every run of the suite, in plan order
     shard: ShardRecord | None = None
     slurm: dict[str, Any] | None = None  # the suite's `slurm:` block, for --resume --executor slurm
+    # The suite's speed probe where it is on (spec.speed_probes derives its processes from the runs).
+    speed_probe: SpeedProbe | None = None
 
     def my_runs(self) -> list[RunSpec]:
         """The runs this folder answers for: its shard's, or all of them."""
@@ -74,6 +76,8 @@ class StoredPlan(BaseModel):
                 out[name] = [r.model_dump(mode="json") for r in self.runs]
             elif name == "shard":
                 out[name] = self.shard_json()
+            elif isinstance(value, BaseModel):
+                out[name] = value.model_dump(mode="json")
             else:
                 out[name] = value
         return {**out, **(self.model_extra or {})}

@@ -22,6 +22,14 @@ defines them), for the fp32 and for the bf16 subject:
   their ratio cancels it. It cannot cancel what changes faster than a pair
   takes to run, and it measures a precision's gain, not the machine's speed:
   a regression that slows fp32 and bf16 alike leaves it unmoved;
+- the speed probe's (``ampcert.probe_summary``; ampcert/backends/speed_probe.py),
+  measured after the certified runs in one process per probe, the fp32 and bf16
+  models alternating in windows of a few steps with a calibration kernel timed
+  between them: ``probe_speedup_vs_fp32`` (bf16 only: the gain, with the machine's
+  drift cancelled within milliseconds), ``probe_step_ms`` and
+  ``probe_step_kernel_units`` (each path's step time, absolute and in units of the
+  kernel's), and ``instructions_per_step``/``cycles_per_step`` where the kernel
+  exposes hardware counters. A probe's "seeds" are its processes;
 - ``peak_memory_bytes``, a control: nearly deterministic, so any gate should
   do well on it.
 
@@ -62,10 +70,14 @@ of the 3 nights after the step alarms). Two gates judge the same histories:
 Nothing is asserted; exit 0. The header names the command, the CPU and its
 relevant flags, and whether hardware counters (instructions retired, a signal
 that ignores the clock) could be read here: a ``cpu`` PMU under
-/sys/bus/event_source/devices. Counting is not implemented; the line says
-whether it could be.
+/sys/bus/event_source/devices. Each night's line says how much of its wall time
+the speed probe took (its processes' first start to last end) against the rest:
+the probe's cost, measured in the same night as its control. ``--probe-share``,
+``--probe-max-seconds`` and ``--probe-processes`` set the suite's ``speed_probe``
+(default: the suite's defaults).
 
     python benchmarks/gate_power.py [--nights 6] [--seeds 4] [--trials 200]
+        [--probe-share F] [--probe-max-seconds S] [--probe-processes N]
         [--keep DIR | --cv-from DIR...] [--json out.json]
 """
 
@@ -107,11 +119,13 @@ precisions: [fp32, bf16]
 seeds: {seeds}
 train: {{steps: {steps}, eval_every: 30}}
 timeout_s: 600
-workloads:
+{probe}workloads:
   - workload: digits
 """
 # The signals, with the direction that is worse (-1: down).
-SIGNALS = {"samples_per_s": -1, "step_samples_per_s": -1, "paired_speedup_vs_fp32": -1, "peak_memory_bytes": +1}
+SIGNALS = {"samples_per_s": -1, "step_samples_per_s": -1, "paired_speedup_vs_fp32": -1,
+           "probe_speedup_vs_fp32": -1, "probe_step_ms": +1, "probe_step_kernel_units": +1,
+           "instructions_per_step": +1, "cycles_per_step": +1, "peak_memory_bytes": +1}
 STEP = 0.03
 JUDGED = 30
 WITHIN = 3
@@ -147,8 +161,8 @@ def counters_line() -> tuple[bool, str]:
         paranoid = "unreadable"
     where = f"PMUs under {PMU_DIR}: {', '.join(pmus) or 'none'}; perf_event_paranoid {paranoid}"
     if "cpu" in pmus:
-        return True, (f"instructions retired: a `cpu` PMU is exposed here ({where}): a counter-based signal "
-                      "could be measured (not implemented in this script)")
+        return True, (f"instructions retired: a `cpu` PMU is exposed here ({where}): the speed probe "
+                      "counts instructions and cycles per step")
     return False, (f"instructions retired: not available here (no `cpu` PMU; {where}): "
                    "the time-based signals are all there is")
 
@@ -165,10 +179,23 @@ def steal_s() -> float | None:
         return None
 
 
-def run_nights(n: int, seeds: int, folder: Path) -> tuple[list[Path], list[dict[str, Any]]]:
+def probe_span_s(folder: Path) -> float:
+    """Seconds from the first speed-probe process's start to the last one's end (0: none ran)."""
+    from datetime import datetime
+
+    runs = load(folder).probe_runs
+    if not runs:
+        return 0.0
+    start = min(datetime.fromisoformat(r.started_at or "") for r in runs)
+    end = max(datetime.fromisoformat(r.finished_at or "") for r in runs)
+    return (end - start).total_seconds()
+
+
+def run_nights(n: int, seeds: int, folder: Path, probe: dict[str, Any]) -> tuple[list[Path], list[dict[str, Any]]]:
     """``n`` nights run one after another into ``folder``; each night's wall time, load and steal time."""
     suite = folder / "suite.yaml"
-    suite.write_text(SUITE.format(seeds=list(range(seeds)), steps=STEPS))
+    settings = f"speed_probe: {json.dumps(probe)}\n" if probe else ""
+    suite.write_text(SUITE.format(seeds=list(range(seeds)), steps=STEPS, probe=settings))
     out, log = [], []
     for i in range(n):
         night = folder / f"night-{i}"
@@ -178,10 +205,14 @@ def run_nights(n: int, seeds: int, folder: Path) -> tuple[list[Path], list[dict[
         if done.returncode:
             raise SystemExit(f"ampcert run failed:\n{done.stdout}{done.stderr}")
         after = steal_s()
-        entry = {"folder": str(night), "wall_s": round(time.monotonic() - start, 1),
+        wall = time.monotonic() - start
+        probe_s = probe_span_s(night)
+        entry = {"folder": str(night), "wall_s": round(wall, 1), "probe_s": round(probe_s, 2),
+                 "probe_overhead": round(probe_s / (wall - probe_s), 4),
                  "loadavg_1m": os.getloadavg()[0],
                  "steal_s": None if steal is None or after is None else round(after - steal, 2)}
-        print(f"measured night {i + 1}/{n}: {entry['wall_s']:.0f} s, load {entry['loadavg_1m']:.2f}, "
+        print(f"measured night {i + 1}/{n}: {entry['wall_s']:.0f} s, the speed probe {probe_s:.1f} s of it "
+              f"(+{entry['probe_overhead']:.1%} on the rest), load {entry['loadavg_1m']:.2f}, "
               f"steal {entry['steal_s']} s", file=sys.stderr)
         out.append(night)
         log.append(entry)
@@ -337,7 +368,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="processes simulating signals side by side (default: the CPU count)")
     p.add_argument("--json", type=Path, help="write the figures, the CVs and the nightly values here")
+    p.add_argument("--probe-share", type=float, help="the suite's speed_probe.share (default: its default)")
+    p.add_argument("--probe-max-seconds", type=float, help="the suite's speed_probe.max_seconds")
+    p.add_argument("--probe-processes", type=int, help="the suite's speed_probe.processes")
     args = p.parse_args(argv)
+    probe = {key: value for key, value in (("share", args.probe_share), ("max_seconds", args.probe_max_seconds),
+                                           ("processes", args.probe_processes)) if value is not None}
     if args.nights < 2 or args.seeds < 2 or args.trials < 1 or args.warmup < 6:
         p.error("--nights and --seeds must be >= 2, --trials >= 1, --warmup >= 6")
     if args.cv_from and args.keep:
@@ -352,12 +388,12 @@ def main(argv: list[str] | None = None) -> int:
         signals = measure(folders)
     elif args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
-        folders, log = run_nights(args.nights, args.seeds, args.keep)
+        folders, log = run_nights(args.nights, args.seeds, args.keep, probe)
         source = f"{args.nights} real nights, kept in {args.keep}"
         signals = measure(folders)
     else:
         with tempfile.TemporaryDirectory(prefix="ampcert-gate-power-") as tmp:
-            folders, log = run_nights(args.nights, args.seeds, Path(tmp))
+            folders, log = run_nights(args.nights, args.seeds, Path(tmp), probe)
             source = f"{args.nights} real nights (not kept: --keep DIR keeps them)"
             signals = measure(folders)
     measured = time.monotonic()
@@ -379,6 +415,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{'/'.join(map(str, seeds))} seeds, {'/'.join(map(str, steps))} steps a run")
     if log:
         steal = [e["steal_s"] for e in log if e["steal_s"] is not None]
+        overhead = [e["probe_overhead"] for e in log]
+        print(f"# the speed probe ({json.dumps(probe) if probe else 'the suite defaults'}): "
+              f"+{min(overhead):.1%} to +{max(overhead):.1%} on the rest of a night's wall time")
         print(f"# the nights: {min(e['wall_s'] for e in log):.0f}-{max(e['wall_s'] for e in log):.0f} s each, "
               f"1-minute load {min(e['loadavg_1m'] for e in log):.2f}-{max(e['loadavg_1m'] for e in log):.2f}, "
               f"CPU steal {f'{sum(steal):.2f} s in all' if steal else 'not reported'}")

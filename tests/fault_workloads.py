@@ -181,3 +181,61 @@ class SteadyDevice(DigitsWorkload):
 
 
 steady_device = SteadyDevice()
+
+
+REGRESSION_ENV = "AMPCERT_TEST_REGRESSION"
+
+
+class Regressed(DigitsWorkload):
+    """digits with a regression landed from outside the suite: the JSON file named by
+    ``$AMPCERT_TEST_REGRESSION`` (read when a run or a speed probe builds the model) says
+    which path is slower and by how much, ``{"low": 0.05}`` (a 16-bit path alone: the
+    logits' dtype says which, as in steady_device) or ``{"all": 0.05}``. Each such training
+    step is held that fraction of its own time longer, by a busy wait at the end of its
+    optimizer step: work, as a slower kernel is. The suite, and so every run id, stays
+    the same: a gate must see the change in the runs' speed alone
+    (tests/history/test_gate_real_nights.py)."""
+
+    name = "regressed"
+    summary = "digits slowed by a fraction named outside the suite (test only)"
+
+    def build(self, params, seed, device):
+        import json
+
+        task = super().build(params, seed, device)
+        path = os.environ.get(REGRESSION_ENV)
+        regression = json.loads(open(path).read()) if path and os.path.exists(path) else {}
+        if not regression:
+            return task
+        step = {"start": 0.0, "low": False}
+        augment, loss_fn, make_optimizer = task.augment, task.loss_fn, task.make_optimizer
+
+        def starting(x, y, i):  # called first thing in every training step
+            step["start"] = time.perf_counter()
+            return augment(x, y, i) if augment is not None else (x, y)
+
+        def loss(out, y):
+            step["low"] = out.dtype != torch.float32
+            return loss_fn(out, y)
+
+        def optimizer(parameters):
+            opt = make_optimizer(parameters)
+            update = opt.step
+
+            def step_then_spin(*args, **kwargs):
+                result = update(*args, **kwargs)
+                fraction = regression.get("all", regression.get("low", 0.0) if step["low"] else 0.0)
+                now = time.perf_counter()
+                deadline = now + fraction * (now - step["start"])
+                while time.perf_counter() < deadline:
+                    pass
+                return result
+
+            opt.step = step_then_spin
+            return opt
+
+        task.augment, task.loss_fn, task.make_optimizer = starting, loss, optimizer
+        return task
+
+
+regressed = Regressed()

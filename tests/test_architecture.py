@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
      "ampcert.track", "ampcert.integrations",             # what a team's own job writes (MLLOG, callbacks);
      "ampcert.own_job.result",                            # an own job's log read into its result;
      "ampcert.published"),                                # published MLPerf results, scored
-    ("ampcert.aggregate",),                              # one aggregation per group, for every view
+    ("ampcert.aggregate", "ampcert.probe_summary"),      # one aggregation per group, for every view; the speed probe's
     ("ampcert.results",),                                # RunResult, the results folder
     ("ampcert.spec", "ampcert.stored_plan", "ampcert.own_job"),  # suites, the run matrix, own jobs' entries; plan.json
     ("ampcert.workloads", "ampcert.telemetry"),          # what is trained; what is measured

@@ -115,8 +115,11 @@ def test_installed_wheel_from_an_empty_folder(installed, tmp_path):
     # Certification may fail this short budget (seed spread): the verdicts are written either way.
     _run(installed, work, "run", "tiny.yaml", "--out", "out", ok=(0, 1))
     out = work / "out"
-    runs = [json.loads(p.read_text()) for p in sorted(out.glob("runs/*/result.json"))]
+    stored = [json.loads(p.read_text()) for p in sorted(out.glob("runs/*/result.json"))]
+    runs = [r for r in stored if "probe_process" not in r["spec"]]
     assert len(runs) == 8 and {r["status"] for r in runs} == {"completed"}
+    # the speed probe after them: bf16 against fp32, in two processes
+    assert [(r["spec"]["precision"], r["status"]) for r in stored if r not in runs] == [("bf16", "completed")] * 2
     assert {r["spec"]["amp"] for r in runs} == {"ampcert"} and all(r["amp_policy"] for r in runs)
     # the installed wheel's bf16 runs decided by native's kernels and ampcert's (the dispatcher engine)
     low = [r["amp_policy"] for r in runs if r["spec"]["precision"] != "fp32"]
@@ -133,7 +136,7 @@ def test_installed_wheel_from_an_empty_folder(installed, tmp_path):
     planned = _run(installed, work, "plan", "out/report.json", "--target-samples", "100000")
     assert "fp32" in planned.stdout
     _run(installed, work, "audit", "--device", "cpu")
-    logs = [str(p.relative_to(work)) for p in sorted(out.glob("runs/*/run.mllog"))]
+    logs = [str((out / "runs" / r["run_id"] / "run.mllog").relative_to(work)) for r in runs]
     _run(installed, work, "check", *logs)
     # the history store's default place is the working folder; one night is no history yet
     _run(installed, work, "history", "add", "out")
@@ -164,7 +167,11 @@ def test_the_shipped_smoke_suite_by_name_from_an_empty_folder(installed, tmp_pat
     # pack's repeat of seed 0; a bf16 run this CPU emulates is never capped (a capped run
     # cannot be certified), and says so
     matrix = json.loads(_run(installed, tmp_path, "run", "smoke", "--dry-run", "--json").stdout)
-    planned = matrix["runs"]
+    rows = matrix["runs"]
+    planned = [r for r in rows if "speed probe" not in r["note"]]
+    # then the speed probe: per workload, bf16 against fp32 in two processes
+    assert sorted((r["workload"], r["precision"]) for r in rows if r not in planned) == \
+        [("gpt", "bf16")] * 2 + [("resnet", "bf16")] * 2
     assert len(planned) == 24 and {r["workload"] for r in planned} == {"resnet", "gpt"}
     assert {r["precision"] for r in planned} == {"fp32", "bf16"}
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # a dry run writes nothing

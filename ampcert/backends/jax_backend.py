@@ -80,6 +80,12 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
     xla = _configure_xla(spec.device)
     if spec.device == "cuda":
         ensure_pci_bus_order()  # before JAX starts CUDA, so its ordinals are NVML's
+    if spec.is_speed_probe:  # ampcert/backends/speed_probe.py
+        from ampcert.backends import calibration, speed_probe
+
+        return speed_probe.measure(spec, registry.get(spec.workload), lambda s: JaxFramework(s, xla), "jax",
+                                   calibration.jax_kernel(spec.device),
+                                   "XLA's own threads, as the runs (a JAX process sets them when it starts)")
     run = training_loop.Run(spec, log, registry.get(spec.workload), JaxFramework(spec, xla),
                             features.for_run(spec, "jax"))
     try:

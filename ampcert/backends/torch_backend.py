@@ -259,12 +259,27 @@ def train(spec: RunSpec, log: mllog.MLLogger, progress: Callable[[dict], None] |
     holds its summary and its samples."""
     if spec.device == "cuda":
         ensure_pci_bus_order()  # before CUDA starts in this process, so torch and NVML agree
+    if spec.is_speed_probe:
+        return _speed_probe(spec)
     run = training_loop.Run(spec, log, registry.get(spec.workload), TorchFramework(spec),
                             features.for_run(spec, "torch"))
     try:
         return training_loop.train(run, progress)
     except torch.OutOfMemoryError as exc:  # a finding at this batch, not a crash (a memory sweep's point)
         raise DoesNotFit.during(spec, exc) from exc
+
+
+def _speed_probe(spec: RunSpec) -> TrainOutcome:
+    """A speed-probe run (ampcert/backends/speed_probe.py), on a CPU with the probe's threads."""
+    from ampcert.backends import calibration, speed_probe
+
+    threads = spec.probe.probe_cpu_threads
+    if spec.device == "cpu" and threads is not None:
+        torch.set_num_threads(threads)  # this worker process only
+    said = (f"{torch.get_num_threads()} intra-op thread(s) (torch.set_num_threads)" if spec.device == "cpu"
+            else "the GPU's streams; host threads as the runs")
+    return speed_probe.measure(spec, registry.get(spec.workload), TorchFramework, "torch",
+                               calibration.torch_kernel(spec.device), said)
 
 
 class TorchFramework(loop.TaskData):

@@ -60,6 +60,10 @@ class RunProgress:
             for run_id, budget in event["runs"]:
                 self.console.print(f"memory: confirming the fit's largest batch within {formats.budget(budget)}: "
                                    f"{run_id}", markup=False, highlight=False, soft_wrap=True)
+        elif kind == "probe":  # the certified runs are done: the speed probe times both paths in one process
+            for run_id, seconds in event["runs"]:
+                self.console.print(f"speed probe: {run_id}, {seconds:g} s of alternating windows (not a "
+                                   "certified run)", markup=False, highlight=False, soft_wrap=True)
         elif kind == "start":
             self._drop(event["run_id"])
             where = f" on {event['node']}" if event.get("node") else ""
@@ -80,7 +84,12 @@ class RunProgress:
             self._drop(result.run_id)
             self.progress.advance(self.suite_task)
             line = f"[{result.status}] {result.run_id}"
-            if result.status == "completed":
+            if result.status == "completed" and result.speed_probe is not None:
+                probe = result.speed_probe
+                line += f": {probe.rounds} rounds of {probe.precision} and {probe.reference}"
+                if result.wall_s is not None:
+                    line += f", {result.wall_s:.1f} s"
+            elif result.status == "completed":
                 done = (f"{result.train_samples} samples" if result.spec.command is not None
                         else f"{result.steps} steps")  # an own job's steps are its own
                 line += f": {result.metric} {result.final_metric:.4g} after {done}"

@@ -10,16 +10,19 @@ medians of the nights before, within the gate's margin for the workload.
 Each series answers one *question* (:data:`QUESTIONS`), and the gate decides
 each question of a subject on the steadiest signal it has for it, saying which:
 
-- "did the low precision lose its gain": the in-night speed-up over FP32 paired
-  by seed (``paired_speedup_vs_fp32``); the machine's load moves both runs of a
-  pair, so it cancels in the ratio;
-- "did the step get slower": of the throughputs (steady-state
-  ``step_samples_per_s``, whole-run ``samples_per_s``), the one whose
-  night-to-night noise, relative to its level, was lowest in the nights before
-  (the steady state where there are too few nights to tell); the other is shown,
-  not gated. No per-step counter (instructions retired) is recorded: most VMs
-  expose no hardware PMU, so the signals are time-based;
+- "did the low precision lose its gain": the speed probe's speed-up over FP32,
+  measured in one process in alternating windows (``probe_speedup_vs_fp32``), or
+  the whole runs' speed-up paired by seed (``paired_speedup_vs_fp32``);
+- "did the step get slower": hardware counters per step where the probe read them
+  (``instructions_per_step``, ``cycles_per_step``), the probe's step time in units
+  of its calibration kernel (``probe_step_kernel_units``: the machine's own speed
+  divided out) or absolute (``probe_step_ms``), or the certified runs'
+  throughputs (steady-state ``step_samples_per_s``, whole-run ``samples_per_s``);
 - accuracy: the paired TOST; every other metric is its own question.
+
+Of a question's signals, the one whose night-to-night noise, relative to its level,
+was lowest in the nights before decides (of those with enough nights to tell; the
+first listed where none has); the others are shown, not gated.
 
 The gate FAILs (exit 1) on any REGRESSION row it gates on, passes otherwise
 (exit 0); a new night whose suite has no history in the store is bad input
@@ -48,8 +51,9 @@ MIN_NIGHTS_TO_CHOOSE = 5
 #: steadiest of them (:func:`_gating_signals`), listed here in the order preferred when the
 #: history is too short to measure their noise.
 QUESTIONS: dict[str, tuple[str, ...]] = {
-    "gain": ("paired_speedup_vs_fp32",),
-    "speed": ("step_samples_per_s", "samples_per_s"),
+    "gain": ("probe_speedup_vs_fp32", "paired_speedup_vs_fp32"),
+    "speed": ("instructions_per_step", "cycles_per_step", "probe_step_kernel_units", "probe_step_ms",
+              "step_samples_per_s", "samples_per_s"),
     "time to target": ("time_to_target_s",),
     "accuracy": ("final_metric",),
     "memory": ("peak_memory_bytes",),
@@ -152,6 +156,7 @@ def gate_night(store: Store, night: Night, *, window: int = DEFAULT_WINDOW, min_
                  for p in night.points}
     gating = _gating_signals(night, {key: [s.value for s in series] for key, series in histories.items()},
                              result.signals)
+    result.signals += [f"hardware counters: {note}" for note in night.notes]
     for p in night.points:
         series = histories[(p.subject, p.metric)]
         values = [s.value for s in series] + [p.value]
@@ -191,14 +196,16 @@ def _gating_signals(night: Night, histories: dict[tuple[Any, str], list[float]],
         order = [m for m in QUESTIONS.get(question, (question,)) if m in metrics] or metrics
         noise = {m: relative_noise(histories.get((subject, m), [])) for m in order}
         measured = {m: n for m, n in noise.items() if n is not None}
-        best = min(measured, key=lambda m: measured[m]) if len(measured) == len(order) else order[0]
+        # The steadiest of those with enough nights to tell (a signal new to the store
+        # waits its turn); the first listed where none has.
+        best = min(measured, key=lambda m: measured[m]) if measured else order[0]
         chosen[(subject, question)] = best
         if len(order) > 1:
-            why = (", ".join(f"{m} {n:.1%}" for m, n in measured.items())
-                   if len(measured) == len(order) else
-                   f"fewer than {MIN_NIGHTS_TO_CHOOSE} nights before to measure their noise: the preferred one")
-            said.append(f"{subject} {question}: gated on {best} (night-to-night noise: {why}); time-based, "
-                        "no per-step counter recorded")
+            why = (", ".join(f"{m} {n:.2%}" for m, n in measured.items()) if measured else
+                   f"fewer than {MIN_NIGHTS_TO_CHOOSE} nights before to measure their noise: the first listed")
+            caveat = ("; in kernel units: a regression that slows the kernel's library as well is divided out"
+                      if best == "probe_step_kernel_units" else "")
+            said.append(f"{subject} {question}: gated on {best} (night-to-night noise: {why}){caveat}")
     return chosen
 
 

@@ -7,9 +7,11 @@ groups, determinism repeats left out) and metric, the median over the seeds
 that have a value, with those values kept beside it. The metrics are the
 gate's (``gate.samples.collect_samples``: throughput, time to quality, final
 quality, peak memory, energy per sample), a low precision's speed-up over
-FP32 paired by seed within the night (the steadiest signal of whether it lost
-its gain: the machine's load moves both runs of a pair), and two counts:
-optimizer updates the loss scaler skipped, and failed runs.
+FP32 paired by seed within the night (the machine's load moves both runs of a
+pair), the speed probe's figures (``ampcert.probe_summary``: the speed-up measured
+in one process in alternating windows, each path's step time, absolute and in
+units of the calibration kernel, and hardware counters per step where counted),
+and two counts: optimizer updates the loss scaler skipped, and failed runs.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ampcert.aggregate import paired_speedups
 from ampcert.errors import UserError
 from ampcert.gate.samples import collect_samples
 from ampcert.gate.subjects import group_runs
+from ampcert.probe_summary import PathFigures, ProbeSummary, probe_summaries
 from ampcert.results import ResultsDir, RunResult, load
 from ampcert.vocabulary import Status, Subject
 
@@ -35,6 +38,12 @@ METRICS: dict[str, str] = {
     "samples_per_s": "higher",
     "step_samples_per_s": "higher",
     "paired_speedup_vs_fp32": "higher",  # a low precision's gain, measured in the same night (aggregate.paired_speedups)
+    # The speed probe's (ampcert.probe_summary): not figures of the certified runs.
+    "probe_speedup_vs_fp32": "higher",   # the gain, measured in one process, windows alternating
+    "probe_step_ms": "lower",            # the probe's step time
+    "probe_step_kernel_units": "lower",  # the same in units of the calibration kernel's time
+    "instructions_per_step": "lower",    # hardware counters, where the kernel has them
+    "cycles_per_step": "lower",
     "time_to_target_s": "lower",
     "final_metric": "workload",   # the workload's metric says (accuracy higher, bits per byte lower)
     "peak_memory_bytes": "lower",
@@ -42,6 +51,8 @@ METRICS: dict[str, str] = {
     "scaler_skips": "lower",
     "failed_runs": "lower",
 }
+PROBE_METRICS = ("probe_speedup_vs_fp32", "probe_step_ms", "probe_step_kernel_units", "instructions_per_step",
+                 "cycles_per_step")
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,8 @@ class Night:
     fingerprint: dict[str, Any]
     points: list[Point] = field(default_factory=list)
     verdicts: list[VerdictRecord] = field(default_factory=list)
+    # What the gate says beside its signals (the probe's counters, or why none); not stored.
+    notes: list[str] = field(default_factory=list)
 
 
 def default_machine(fingerprint: dict[str, Any]) -> str:
@@ -103,6 +116,8 @@ def _points(subject: Subject, runs: list[RunResult], speedups: list[float] | Non
     points = []
     done = [r for r in runs if r.status == "completed"]
     for metric in METRICS:
+        if metric in PROBE_METRICS:  # the probe's own (_probe_points)
+            continue
         if metric == "paired_speedup_vs_fp32":
             if not speedups:
                 continue
@@ -180,4 +195,28 @@ def read_night(folder: str | Path, machine: str | None = None) -> Night:
     speedups = paired_speedups(results.runs)
     for subject, runs in sorted(group_runs(results.runs).items()):
         night.points += _points(subject, runs, speedups.get(subject))
+    summaries = probe_summaries(results.probe_runs)
+    night.points += _probe_points(summaries)
+    night.notes += sorted({s.counters_note for s in summaries})
     return night
+
+
+_PROBE_PATH = {"probe_step_ms": "step_ms", "probe_step_kernel_units": "kernel_units"}
+_COUNTERS = {"instructions_per_step": "instructions", "cycles_per_step": "cycles"}
+
+
+def _probe_points(summaries: list[ProbeSummary]) -> list[Point]:
+    """The speed probe's points: each low precision's speed-up (its processes' values the
+    samples), and each path's step figures; FP32's, measured beside every low precision,
+    the median over them."""
+    points = [Point(s.subject, "probe_speedup_vs_fp32", s.speedup, list(s.per_process), True) for s in summaries]
+    paths: dict[Subject, list[PathFigures]] = {}
+    for s in summaries:
+        paths.setdefault(s.subject, []).append(s.path)
+        paths.setdefault(s.reference, []).append(s.reference_path)
+    for subject, figures in sorted(paths.items()):
+        values = {metric: [float(getattr(f, name)) for f in figures] for metric, name in _PROBE_PATH.items()}
+        values |= {metric: [f.counters[event] for f in figures if event in f.counters]
+                   for metric, event in _COUNTERS.items()}
+        points += [Point(subject, metric, statistics.median(v), v, False) for metric, v in values.items() if v]
+    return points

@@ -28,6 +28,8 @@ from ampcert.capacity_planning import CapacityPlan, capacity_plan
 from ampcert.certify.checks import Certificate
 from ampcert.envinfo import CPU_FLAGS_OF_INTEREST
 from ampcert.memory import MemoryFit, folder_fits, stored_sweep
+from ampcert.report.speed_probe import EXPLANATION as SPEED_PROBE_EXPLANATION
+from ampcert.report.speed_probe import SpeedProbeRow, speed_probe_rows
 from ampcert.report.training_state import TrainingStateRow, training_state_rows
 from ampcert.resources import schema_path
 from ampcert.results import ResultsDir, ResultSet, RunResult
@@ -117,6 +119,11 @@ class Report(_Model):
         default_factory=list, exclude_if=lambda v: not v,
         description="per subject: bytes per parameter of the weights, gradients and optimizer state, the total "
                     "against fp32's, and the memory sweep's activation bytes per sample (precision recipes)")
+    # Written only where a speed probe ran, so reports without one keep their bytes.
+    speed_probe: list[SpeedProbeRow] = Field(
+        default_factory=list, exclude_if=lambda v: not v, description=SPEED_PROBE_EXPLANATION)
+    speed_probe_missing_runs: list[str] = Field(
+        default_factory=list, exclude_if=lambda v: not v, description="speed-probe processes with no result")
 
     def environment_facts(self) -> list[EnvFact]:
         """The fingerprint as a reader wants it (report.html's environment table)."""
@@ -387,6 +394,8 @@ def build_report(rs: ResultSet) -> Report:
         memory=fits,
         memory_missing_runs=sorted(rs.memory_missing),
         training_state=training_state_rows(runs, fits),
+        speed_probe=speed_probe_rows(rs.probe_runs),
+        speed_probe_missing_runs=sorted(rs.probe_missing),
     )
     # Install paths, wherever the stored results carry one (policy and rule sources, data
     # provenance, messages); the suite's text stays as given, its sha256 is over those bytes.

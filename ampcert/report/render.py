@@ -17,6 +17,7 @@ from ampcert import formats
 from ampcert.memory import LEVEL, MemoryFit
 from ampcert.report import plots
 from ampcert.report.model import Report, build_report, report_json
+from ampcert.report.speed_probe import EXPLANATION as SPEED_PROBE_EXPLANATION
 from ampcert.report.summary import fmt
 from ampcert.results import ResultSet, atomic_write_text, load
 
@@ -86,7 +87,8 @@ def render_html(report: Report, root: Path) -> str:
 
     return _env.get_template("report.html.j2").render(r=report, workloads=_workloads(report, root),
                                                       verdicts_of=verdicts_of, memory=_memory(report),
-                                                      memory_level=LEVEL)
+                                                      memory_level=LEVEL,
+                                                      speed_probe_explanation=SPEED_PROBE_EXPLANATION)
 
 
 def write(rs: ResultSet | str | Path) -> tuple[Path, Path]:

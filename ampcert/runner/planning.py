@@ -272,6 +272,7 @@ def write_plan(out: Path, plan: SuitePlan, shard: dict[str, Any] | None = None) 
         **({"shard": shard} if shard else {}),  # run --shard i/n: the complete plan, and this shard's runs
         # The suite's `slurm:` block, for `--resume --executor slurm` (not part of any run).
         **({"slurm": slurm} if slurm else {}),
+        **({"speed_probe": plan.suite.speed_probe} if plan.suite.speed_probe.enabled else {}),
     })
     atomic_write_json(rd.plan_file, stored.to_json())
 
@@ -311,6 +312,7 @@ def dump_plan_table(runs: list[RunSpec]) -> list[dict[str, Any]]:
          "target": r.target, "accelerated": r.accelerated,
          "note": "; ".join(filter(None, [("skipped: " if r.skip_reason else "") + ("" if r.accelerated else "not accelerated"),
                                          f"slowed {r.fault.injected_slowdown:.0%} on purpose" if r.fault.injected_slowdown else "",
-                                         f"memory sweep at batch {r.sweep.batch_size}" if r.is_memory_sweep else ""]))}
+                                         f"memory sweep at batch {r.sweep.batch_size}" if r.is_memory_sweep else "",
+                                         "speed probe against fp32, after the runs" if r.is_speed_probe else ""]))}
         for r in runs
     ]

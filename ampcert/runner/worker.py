@@ -9,6 +9,7 @@ code and no result file.
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import threading
@@ -131,7 +132,9 @@ def execute(spec: RunSpec, root: Path, progress=None, spawned_at: float | None =
             rd.telemetry_file(spec.run_id).unlink(missing_ok=True)
         except OSError as exc:
             raise WriteFailed(run_dir, exc) from exc
-        log = mllog.MLLogger.open(rd.mllog_file(spec.run_id), namespace=spec.run_id)
+        # A speed probe trains no certified run: it writes no MLLOG (its models' events go nowhere).
+        log = (mllog.MLLogger(io.StringIO(), namespace=spec.run_id) if spec.is_speed_probe
+               else mllog.MLLogger.open(rd.mllog_file(spec.run_id), namespace=spec.run_id))
         # Planning refused a missing framework already; this catches a folder
         # resumed, or a worker started, where it is missing.
         require_backend(spec.backend, f"run {spec.run_id}")

@@ -58,13 +58,15 @@ def plan_suite(suite: str | Path, *, shard: str | None = None) -> PlannedRuns:
     validated, capabilities probed, without running it."""
     from ampcert.runner import planning
     from ampcert.runner import shard as sharding
-    from ampcert.spec import resolve_suite
+    from ampcert.spec import resolve_suite, speed_probes
 
     with interruptible():
         where = sharding.parse_shard(shard) if shard is not None else None  # a bad shard before the probe
         plan = planning.plan_suite(resolve_suite(suite))
         runs, info = _shard_of(plan, shard) if where else (plan.runs, None)
-        return PlannedRuns(planning.dump_plan_table(runs), plan, info, len(plan.runs))
+        # The speed probe's processes follow where the folder is whole (not a shard's).
+        probes = [] if where else speed_probes(plan.suite.speed_probe, plan.runs)
+        return PlannedRuns(planning.dump_plan_table(runs + probes), plan, info, len(plan.runs))
 
 
 def _stored_plan(folder: str | Path) -> tuple[Path, StoredPlan]:
@@ -148,6 +150,8 @@ def _execute(root: Path, runs: list[RunSpec], executor: Executor, *, rules: str 
             # A shard holds part of the sweep: confirmed where the merged folder is resumed.
             if not shard and any(spec.is_memory_sweep for spec in runs):
                 _confirm_memory(root, executor, retry_failed, emit, fleet)
+            if not shard:
+                _probe_speed(root, executor, retry_failed, emit, fleet)
             done = finish_locked(root, rules=rules, certify=bool(rules) and not certify_later, sign_key=sign_key)
         except WriteFailed as exc:
             # Once runs have started, a write that fails (a full disk) fails the command as a
@@ -176,6 +180,26 @@ def _confirm_memory(root: Path, executor: Executor, retry_failed: bool, emit: On
         executor.check(todo, fleet.run_cpus)
     run_fleet(root, todo, executor, retries=fleet.run_retries, cpus_per_run=fleet.run_cpus,
               total=len(confirm), on_event=emit)
+
+
+def _probe_speed(root: Path, executor: Executor, retry_failed: bool, emit: OnEvent, fleet: FleetOptions) -> None:
+    """The speed probe's processes (ampcert.runner.speed_probes), after the certified runs,
+    through the same driver."""
+    from ampcert.results import ResultsDir, load
+    from ampcert.runner.fleet import run_fleet
+    from ampcert.runner.planning import pending_runs
+    from ampcert.runner.speed_probes import planned_probes
+
+    rd = ResultsDir(root)
+    probes = planned_probes(rd.read_plan(), load(root))
+    todo = pending_runs(rd, probes, retry_failed, emit)
+    if not todo:
+        return
+    emit({"kind": "probe", "runs": [(spec.run_id, spec.probe.probe_seconds) for spec in todo]})
+    if fleet.local:
+        executor.check(todo, fleet.run_cpus)
+    run_fleet(root, todo, executor, retries=fleet.run_retries, cpus_per_run=fleet.run_cpus,
+              total=len(probes), on_event=emit)
 
 
 def run_suite(suite: str | Path, out: str | Path | None = None, *, shard: str | None = None,

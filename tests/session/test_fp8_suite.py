@@ -73,7 +73,10 @@ def test_the_shipped_suite_certifies_fp8_and_maps_its_layers(fp8_suite):
     assert ("bf16", "parity.vs_bf16") not in by  # bf16 is not compared with itself
 
     runs = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/result.json"))]
-    fp8_runs = [r for r in runs if r["spec"]["precision"] in ("fp8", "mxfp8")]
+    fp8_runs = [r for r in runs if r["spec"]["precision"] in ("fp8", "mxfp8") and "probe_process" not in r["spec"]]
+    probes = [r for r in runs if "probe_process" in r["spec"]]  # the speed probe's, after the certified runs
+    assert {r["spec"]["precision"] for r in probes} == {"bf16", "fp8", "mxfp8"}
+    assert all(r["status"] == "completed" and r["speed_probe"]["step_ms"] for r in probes)
     assert len(fp8_runs) == 8 and all(r["status"] == "completed" for r in fp8_runs)
     for r in fp8_runs:
         f = r["fp8"]
