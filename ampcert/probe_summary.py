@@ -37,6 +37,9 @@ class PathFigures:
     step_ms: float
     kernel_units: float  # step time / the kernel's, median over rounds, then over processes
     counters: dict[str, float] = field(default_factory=dict)  # per step, where counted
+    # Each process's medians (of which the two above are the median).
+    step_ms_per_process: list[float] = field(default_factory=list)
+    kernel_units_per_process: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ def _path(probes: list[SpeedProbeResult], reference: bool) -> PathFigures:
     units = [s / np.asarray(p.kernel_ms) for s, p in zip(steps, probes, strict=True)]
     counted = [p.counters[p.reference if reference else p.precision] for p in probes if p.counters]
     counters = {event: statistics.median(c[event] for c in counted) for event in counted[0]} if counted else {}
-    return PathFigures(_median_of_medians(steps), _median_of_medians(units), counters)
+    return PathFigures(_median_of_medians(steps), _median_of_medians(units), counters,
+                       [float(np.median(a)) for a in steps], [float(np.median(a)) for a in units])
 
 
 def probe_summaries(runs: Iterable[RunResult]) -> list[ProbeSummary]:

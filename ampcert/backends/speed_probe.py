@@ -63,17 +63,21 @@ class _Path:
     def window(self, steps: int, counters: Any) -> tuple[float, dict[str, int] | None]:
         """``steps`` training steps, the device waited for: seconds per step, counters per window."""
         run, fw = self.run, self.run.framework
+        limit = run.spec.step_limit or 1
         before = counters.read() if counters is not None else None
         start = time.perf_counter()
         for _ in range(steps):
             self.step += 1
+            # The step as the framework numbers it: within the run's budget, over and over (a
+            # learning-rate schedule is a table of the budget's steps); the batches go on.
+            step = (self.step - 1) % limit + 1
             run.step_started = time.perf_counter()
-            batch, _ = fw.batch(self.step, run)
+            batch, _ = fw.batch(step, run)
             for feature in run.features:
-                feature.before_step(run, self.step)
-            fw.step(batch, self.step)
+                feature.before_step(run, step)
+            fw.step(batch, step)
             for feature in run.features:
-                feature.after_step(run, self.step)
+                feature.after_step(run, step)
         fw.sync()
         seconds = (time.perf_counter() - start) / steps
         counted = None
@@ -82,7 +86,7 @@ class _Path:
             counted = {name: after[name] - before[name] for name in after}
         fw.window_losses()  # read and let go (outside the timing): a probe keeps no losses
         for feature in run.features:
-            feature.after_window(run, self.step)
+            feature.after_window(run, (self.step - 1) % limit + 1)
         return seconds, counted
 
 

@@ -47,7 +47,9 @@ def print_plan(console: Console, planned) -> None:
     """The run matrix of `ampcert run --dry-run`."""
     plan, rows = planned.plan, planned.rows
     if plan is not None:
-        console.print(f"suite {plan.suite.name}: {len(rows)} runs on {plan.device}", markup=False)
+        probes = f", then {planned.probes} speed-probe processes" if planned.probes else ""
+        console.print(f"suite {plan.suite.name}: {len(rows) - planned.probes} runs on {plan.device}{probes}",
+                      markup=False)
         for precision, cap in plan.capabilities.items():
             console.print(f"  {precision}: {cap['note']}", markup=False, soft_wrap=True)
         if len(plan.capabilities) > 1:

@@ -215,8 +215,13 @@ def _probe_points(summaries: list[ProbeSummary]) -> list[Point]:
         paths.setdefault(s.subject, []).append(s.path)
         paths.setdefault(s.reference, []).append(s.reference_path)
     for subject, figures in sorted(paths.items()):
-        values = {metric: [float(getattr(f, name)) for f in figures] for metric, name in _PROBE_PATH.items()}
-        values |= {metric: [f.counters[event] for f in figures if event in f.counters]
-                   for metric, event in _COUNTERS.items()}
-        points += [Point(subject, metric, statistics.median(v), v, False) for metric, v in values.items() if v]
+        # the value: the median of the probes' figures; the samples: every probe process's
+        for metric, name in _PROBE_PATH.items():
+            per_process = [v for f in figures for v in getattr(f, f"{name}_per_process")]
+            points.append(Point(subject, metric, statistics.median(float(getattr(f, name)) for f in figures),
+                                per_process, False))
+        for metric, event in _COUNTERS.items():
+            counted = [f.counters[event] for f in figures if event in f.counters]
+            if counted:
+                points.append(Point(subject, metric, statistics.median(counted), counted, False))
     return points

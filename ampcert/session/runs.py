@@ -36,6 +36,7 @@ class PlannedRuns:
     plan: SuitePlan | None = None  # None for a resumed folder: its plan is stored
     shard: dict[str, Any] | None = None
     planned: int = 0
+    probes: int = 0  # of ``rows``, the speed probe's processes (last)
 
     def to_json(self) -> dict[str, Any]:
         if self.plan is None:
@@ -66,7 +67,7 @@ def plan_suite(suite: str | Path, *, shard: str | None = None) -> PlannedRuns:
         runs, info = _shard_of(plan, shard) if where else (plan.runs, None)
         # The speed probe's processes follow where the folder is whole (not a shard's).
         probes = [] if where else speed_probes(plan.suite.speed_probe, plan.runs)
-        return PlannedRuns(planning.dump_plan_table(runs + probes), plan, info, len(plan.runs))
+        return PlannedRuns(planning.dump_plan_table(runs + probes), plan, info, len(plan.runs), len(probes))
 
 
 def _stored_plan(folder: str | Path) -> tuple[Path, StoredPlan]:

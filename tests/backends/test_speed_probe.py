@@ -103,3 +103,17 @@ def test_counters_count_this_process_or_say_why_not():
     counters.close()
     counted = after["task_clock_ns"] - before["task_clock_ns"]
     assert 0.7 * spent_ns - 2e7 <= counted <= 1.3 * spent_ns + 2e7, (counted, spent_ns)
+
+
+def test_a_jax_probe_times_both_models_past_the_runs_budget(tmp_path):
+    # JAX's learning rate is a table of the budget's steps: the probe's steps go on past
+    # the 12 of the runs (warm-up and 8 rounds of 2-step windows: 22), numbered within it.
+    done = run(tmp_path, "jax", backend="jax", amp="ampcert", seeds=[0], train={"steps": 12, "eval_every": 12},
+               speed_probe={"share": 1.0, "processes": 1, "max_seconds": 0.2},
+               workloads=[{"workload": "resnet", "params": {"size": "tiny"}}])
+    [probe] = load(done.root).probe_runs
+    assert probe.status == "completed", probe.reason
+    assert probe.spec.backend == "jax" and probe.speed_probe.rounds >= MIN_ROUNDS and probe.steps > 12
+    assert "jax: an fp32 256x256 matmul" in probe.speed_probe.kernel
+    [summary] = probe_summaries([probe])
+    assert summary.low <= summary.speedup <= summary.high and summary.path.kernel_units > 0
