@@ -129,58 +129,37 @@ class Slow(_Fault):
 slow = Slow()
 
 
-class SteadyDevice(DigitsWorkload):
-    """digits on a stand-in for a device whose speed does not drift: every
-    training step lasts 20 ms from its start to the end of its optimizer step
-    where the model computes in fp32, 10 ms in a 16-bit precision (the logits'
-    dtype says which), as a GPU step lasts its kernels' time while the host's
-    own work overlaps them. The host waits out the rest of the step by
-    sleeping, as it would wait for its device, leaving the core to the
-    machine's other work.
+def after_each_update(task, finish):
+    """``task`` with ``finish(started, low)`` called after each training step's optimizer
+    update: ``started`` is perf_counter at the step's start (its batch drawn), ``low``
+    whether the model computed in a 16-bit precision (the logits' dtype says)."""
+    step = {"start": 0.0, "low": False}
+    augment, loss_fn, make_optimizer = task.augment, task.loss_fn, task.make_optimizer
 
-    Nights of real runs of it, on a shared 2-core VM whose own speed moves
-    10-20% from one second to the next, are then as steady as a GPU runner's,
-    steady enough to gate a 5% slowdown on (tests/history/test_gate_real_nights.py).
-    Use it with a tiny model (``width: 1``, ``hidden: 8``), whose host work fits
-    in the step."""
+    def starting(x, y, i):  # called first thing in every training step
+        step["start"] = time.perf_counter()
+        return augment(x, y, i) if augment is not None else (x, y)
 
-    name = "steady_device"
-    summary = "digits whose steps last a fixed per-precision device time (test only)"
-    device_s = {"float32": 0.020, "other": 0.010}
+    def loss(out, y):
+        step["low"] = out.dtype != torch.float32
+        return loss_fn(out, y)
 
-    def build(self, params, seed, device):
-        # One thread: the host work is a few small ops, and OpenMP threads that wait for
-        # each other on a busy machine turn each op into a scheduler tick (10x the step).
-        torch.set_num_threads(1)
-        task = super().build(params, seed, device)
-        step = {"start": 0.0, "device_s": 0.0}
-        augment, loss_fn, make_optimizer = task.augment, task.loss_fn, task.make_optimizer
+    def optimizer(parameters):
+        opt = make_optimizer(parameters)
+        update = opt.step
 
-        def starting(x, y, i):  # called first thing in every training step
-            step["start"] = time.perf_counter()
-            return augment(x, y, i) if augment is not None else (x, y)
+        def update_then_finish(*args, **kwargs):
+            result = update(*args, **kwargs)
+            finish(step["start"], step["low"])
+            return result
 
-        def loss(out, y):
-            step["device_s"] = self.device_s["float32" if out.dtype == torch.float32 else "other"]
-            return loss_fn(out, y)
+        opt.step = update_then_finish
+        return opt
 
-        def optimizer(parameters):
-            opt = make_optimizer(parameters)
-            update = opt.step
-
-            def step_then_wait(*args, **kwargs):
-                result = update(*args, **kwargs)
-                time.sleep(max(0.0, step["start"] + step["device_s"] - time.perf_counter()))
-                return result
-
-            opt.step = step_then_wait
-            return opt
-
-        task.augment, task.loss_fn, task.make_optimizer = starting, loss, optimizer
-        return task
+    task.augment, task.loss_fn, task.make_optimizer = starting, loss, optimizer
+    return task
 
 
-steady_device = SteadyDevice()
 
 
 REGRESSION_ENV = "AMPCERT_TEST_REGRESSION"
@@ -190,7 +169,7 @@ class Regressed(DigitsWorkload):
     """digits with a regression landed from outside the suite: the JSON file named by
     ``$AMPCERT_TEST_REGRESSION`` (read when a run or a speed probe builds the model) says
     which path is slower and by how much, ``{"low": 0.05}`` (a 16-bit path alone: the
-    logits' dtype says which, as in steady_device) or ``{"all": 0.05}``. Each such training
+    logits' dtype says which) or ``{"all": 0.05}``. Each such training
     step is held that fraction of its own time longer, by a busy wait at the end of its
     optimizer step: work, as a slower kernel is. The suite, and so every run id, stays
     the same: a gate must see the change in the runs' speed alone
@@ -207,35 +186,15 @@ class Regressed(DigitsWorkload):
         regression = json.loads(open(path).read()) if path and os.path.exists(path) else {}
         if not regression:
             return task
-        step = {"start": 0.0, "low": False}
-        augment, loss_fn, make_optimizer = task.augment, task.loss_fn, task.make_optimizer
 
-        def starting(x, y, i):  # called first thing in every training step
-            step["start"] = time.perf_counter()
-            return augment(x, y, i) if augment is not None else (x, y)
+        def spin(started: float, low: bool) -> None:
+            fraction = regression.get("all", regression.get("low", 0.0) if low else 0.0)
+            now = time.perf_counter()
+            deadline = now + fraction * (now - started)
+            while time.perf_counter() < deadline:
+                pass
 
-        def loss(out, y):
-            step["low"] = out.dtype != torch.float32
-            return loss_fn(out, y)
-
-        def optimizer(parameters):
-            opt = make_optimizer(parameters)
-            update = opt.step
-
-            def step_then_spin(*args, **kwargs):
-                result = update(*args, **kwargs)
-                fraction = regression.get("all", regression.get("low", 0.0) if step["low"] else 0.0)
-                now = time.perf_counter()
-                deadline = now + fraction * (now - step["start"])
-                while time.perf_counter() < deadline:
-                    pass
-                return result
-
-            opt.step = step_then_spin
-            return opt
-
-        task.augment, task.loss_fn, task.make_optimizer = starting, loss, optimizer
-        return task
+        return after_each_update(task, spin)
 
 
 regressed = Regressed()

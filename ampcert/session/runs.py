@@ -9,7 +9,7 @@ refuse what it cannot hold, write plan.json, run what is pending, finish.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -164,43 +164,42 @@ def _execute(root: Path, runs: list[RunSpec], executor: Executor, *, rules: str 
 
 def _confirm_memory(root: Path, executor: Executor, retry_failed: bool, emit: OnEvent, fleet: FleetOptions) -> None:
     """The memory sweep's confirming runs (one per subject at its fitted largest batch,
-    ampcert.memory.confirming_runs), derived from the stored sweep, through the same driver."""
+    ampcert.memory.confirming_runs), derived from the stored sweep."""
     from ampcert.memory import confirming_runs, stored_sweep
     from ampcert.results import ResultsDir, load
-    from ampcert.runner.fleet import run_fleet
-    from ampcert.runner.planning import pending_runs
 
     rd = ResultsDir(root)
     rs = load(root)
     confirm = confirming_runs(rs, rd.read_plan(), stored_sweep(rd) if rs.memory_runs else None)
-    todo = pending_runs(rd, confirm, retry_failed, emit)
-    if not todo:
-        return
-    emit({"kind": "confirm", "runs": [(spec.run_id, spec.sweep.confirms_budget) for spec in todo]})
-    if fleet.local:
-        executor.check(todo, fleet.run_cpus)
-    run_fleet(root, todo, executor, retries=fleet.run_retries, cpus_per_run=fleet.run_cpus,
-              total=len(confirm), on_event=emit)
+    _run_derived(root, confirm, "confirm", lambda spec: spec.sweep.confirms_budget, executor, retry_failed, emit,
+                 fleet)
 
 
 def _probe_speed(root: Path, executor: Executor, retry_failed: bool, emit: OnEvent, fleet: FleetOptions) -> None:
-    """The speed probe's processes (ampcert.runner.speed_probes), after the certified runs,
-    through the same driver."""
+    """The speed probe's processes (ampcert.runner.speed_probes), after the certified runs."""
     from ampcert.results import ResultsDir, load
-    from ampcert.runner.fleet import run_fleet
-    from ampcert.runner.planning import pending_runs
     from ampcert.runner.speed_probes import planned_probes
 
-    rd = ResultsDir(root)
-    probes = planned_probes(rd.read_plan(), load(root))
-    todo = pending_runs(rd, probes, retry_failed, emit)
+    probes = planned_probes(ResultsDir(root).read_plan(), load(root))
+    _run_derived(root, probes, "probe", lambda spec: spec.probe.probe_seconds, executor, retry_failed, emit, fleet)
+
+
+def _run_derived(root: Path, runs: list[RunSpec], kind: str, detail: Callable[[RunSpec], Any], executor: Executor,
+                 retry_failed: bool, emit: OnEvent, fleet: FleetOptions) -> None:
+    """Runs derived from a folder after its matrix, through the same driver: those still
+    pending, announced first as a ``kind`` event with each one's ``detail``."""
+    from ampcert.results import ResultsDir
+    from ampcert.runner.fleet import run_fleet
+    from ampcert.runner.planning import pending_runs
+
+    todo = pending_runs(ResultsDir(root), runs, retry_failed, emit)
     if not todo:
         return
-    emit({"kind": "probe", "runs": [(spec.run_id, spec.probe.probe_seconds) for spec in todo]})
+    emit({"kind": kind, "runs": [(spec.run_id, detail(spec)) for spec in todo]})
     if fleet.local:
         executor.check(todo, fleet.run_cpus)
     run_fleet(root, todo, executor, retries=fleet.run_retries, cpus_per_run=fleet.run_cpus,
-              total=len(probes), on_event=emit)
+              total=len(runs), on_event=emit)
 
 
 def run_suite(suite: str | Path, out: str | Path | None = None, *, shard: str | None = None,
