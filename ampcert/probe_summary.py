@@ -34,12 +34,17 @@ CONFIDENCE = 0.95
 class PathFigures:
     """One path of the probe (FP32's or the low precision's), over the subject's processes."""
 
-    step_ms: float
-    kernel_units: float  # step time / the kernel's, median over rounds, then over processes
+    step_ms_per_process: list[float]       # each process's median over its rounds
+    kernel_units_per_process: list[float]  # step time / the same round's kernel time, likewise
     counters: dict[str, float] = field(default_factory=dict)  # per step, where counted
-    # Each process's medians (of which the two above are the median).
-    step_ms_per_process: list[float] = field(default_factory=list)
-    kernel_units_per_process: list[float] = field(default_factory=list)
+
+    @property
+    def step_ms(self) -> float:
+        return statistics.median(self.step_ms_per_process)
+
+    @property
+    def kernel_units(self) -> float:
+        return statistics.median(self.kernel_units_per_process)
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,6 @@ class ProbeSummary:
     threads: str
     kernel: str
     kernel_ms: float
-    speedup: float            # FP32's step time over the low precision's
     low: float                # 95% bootstrap interval of ``speedup``
     high: float
     per_process: list[float]  # each process's median speed-up
@@ -61,18 +65,22 @@ class ProbeSummary:
     reference_path: PathFigures
     counters_note: str
 
+    @property
+    def speedup(self) -> float:
+        """FP32's step time over the low precision's: the median of the processes' medians."""
+        return statistics.median(self.per_process)
 
-def _median_of_medians(arrays: list[np.ndarray]) -> float:
-    return float(np.median([np.median(a) for a in arrays]))
+
+def _medians(arrays: list[np.ndarray]) -> list[float]:
+    return [float(np.median(a)) for a in arrays]
 
 
 def _interval(ratios: list[np.ndarray]) -> tuple[float, float]:
     rng = np.random.default_rng(0)  # the same folder gives the same interval
-    draws = np.empty(BOOTSTRAP)
     medians = np.empty((BOOTSTRAP, len(ratios)))
     for j, r in enumerate(ratios):
         medians[:, j] = np.median(r[rng.integers(0, len(r), size=(BOOTSTRAP, len(r)))], axis=1)
-    draws[:] = np.median(medians, axis=1)
+    draws = np.median(medians, axis=1)
     tail = (1 - CONFIDENCE) / 2
     return float(np.quantile(draws, tail)), float(np.quantile(draws, 1 - tail))
 
@@ -82,8 +90,7 @@ def _path(probes: list[SpeedProbeResult], reference: bool) -> PathFigures:
     units = [s / np.asarray(p.kernel_ms) for s, p in zip(steps, probes, strict=True)]
     counted = [p.counters[p.reference if reference else p.precision] for p in probes if p.counters]
     counters = {event: statistics.median(c[event] for c in counted) for event in counted[0]} if counted else {}
-    return PathFigures(_median_of_medians(steps), _median_of_medians(units), counters,
-                       [float(np.median(a)) for a in steps], [float(np.median(a)) for a in units])
+    return PathFigures(_medians(steps), _medians(units), counters)
 
 
 def probe_summaries(runs: Iterable[RunResult]) -> list[ProbeSummary]:
@@ -101,9 +108,8 @@ def probe_summaries(runs: Iterable[RunResult]) -> list[ProbeSummary]:
             subject=subject, reference=reference_key(subject), processes=len(probes),
             rounds=sum(p.rounds for p in probes), window_steps=first.window_steps, seconds=first.seconds,
             threads=first.threads, kernel=first.kernel,
-            kernel_ms=_median_of_medians([np.asarray(p.kernel_ms) for p in probes]),
-            speedup=_median_of_medians(ratios), low=low, high=high,
-            per_process=[float(np.median(r)) for r in ratios],
+            kernel_ms=statistics.median(_medians([np.asarray(p.kernel_ms) for p in probes])),
+            low=low, high=high, per_process=_medians(ratios),
             path=_path(probes, reference=False), reference_path=_path(probes, reference=True),
             counters_note=first.counters_note))
     return out

@@ -623,22 +623,17 @@ def load(root: str | Path) -> ResultSet:
         raise UserError(f"{rd.root}: results folder not found")
     plan = rd.read_plan()
     specs = plan.my_runs()  # a shard's folder answers for its own runs only
-    found: dict[bool, tuple[list[RunResult], list[str]]] = {False: ([], []), True: ([], [])}
-    for spec in specs:
+    # A shard's folder has no probes: they run where the folder is whole (merged, resumed).
+    probes = speed_probes(plan.speed_probe, plan.runs) if not plan.shard else []
+    # Each run's result (or its id, missing) by kind: certified, a memory-sweep point, a probe.
+    found: dict[str, tuple[list[RunResult], list[str]]] = {kind: ([], []) for kind in ("run", "sweep", "probe")}
+    for spec in specs + probes:
         result = rd.read_result(spec.run_id)
-        runs, missing = found[spec.is_memory_sweep]
+        runs, missing = found["probe" if spec.is_speed_probe else "sweep" if spec.is_memory_sweep else "run"]
         if result is None:
             missing.append(spec.run_id)
         else:
             runs.append(result)
-    probe_runs, probe_missing = [], []
-    # A shard's folder has no probes: they run where the folder is whole (merged, resumed).
-    for spec in speed_probes(plan.speed_probe, plan.runs) if not plan.shard else []:
-        result = rd.read_result(spec.run_id)
-        if result is None:
-            probe_missing.append(spec.run_id)
-        else:
-            probe_runs.append(result)
-    return ResultSet(rd.root, plan.suite, [s for s in specs if not s.is_memory_sweep], *found[False],
-                     memory_runs=found[True][0], memory_missing=found[True][1],
-                     probe_runs=probe_runs, probe_missing=probe_missing)
+    return ResultSet(rd.root, plan.suite, [s for s in specs if not s.is_memory_sweep], *found["run"],
+                     memory_runs=found["sweep"][0], memory_missing=found["sweep"][1],
+                     probe_runs=found["probe"][0], probe_missing=found["probe"][1])

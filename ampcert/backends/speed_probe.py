@@ -22,7 +22,7 @@ counters, instructions and cycles are read around each window
 The probe's steps are not the certified runs' steps: no verdict reads them, and the
 models' losses are not kept. What the probe records is each round's mean step time of
 both paths and the kernel's time (:class:`~ampcert.results.SpeedProbeResult`);
-``ampcert.aggregate.probe_summaries`` turns a subject's processes into its speed-up
+``ampcert.probe_summary.probe_summaries`` turns a subject's processes into its speed-up
 over FP32 with a bootstrap interval and its step cost in kernel units.
 """
 
@@ -86,7 +86,7 @@ class _Path:
             counted = {name: after[name] - before[name] for name in after}
         fw.window_losses()  # read and let go (outside the timing): a probe keeps no losses
         for feature in run.features:
-            feature.after_window(run, (self.step - 1) % limit + 1)
+            feature.after_window(run, step)
         return seconds, counted
 
 
@@ -95,8 +95,8 @@ def measure(spec: RunSpec, workload: Workload, make_framework: Callable[[RunSpec
     """Run the probe of ``spec`` (a speed-probe run) and return its outcome."""
     probe = spec.probe
     assert probe.probe_process is not None and probe.probe_window_steps is not None, "a speed-probe run"
-    steps = probe.probe_window_steps
-    budget = probe.probe_seconds or 1.0
+    assert probe.probe_seconds is not None, "a probe's budget is resolved before it runs (runner/speed_probes.py)"
+    steps, budget = probe.probe_window_steps, probe.probe_seconds
     t_build = time.perf_counter()
     plain = spec.model_copy(update={"probe": ProbePoint()})
     reference_spec = spec.probe_reference()

@@ -51,8 +51,10 @@ METRICS: dict[str, str] = {
     "scaler_skips": "lower",
     "failed_runs": "lower",
 }
-PROBE_METRICS = ("probe_speedup_vs_fp32", "probe_step_ms", "probe_step_kernel_units", "instructions_per_step",
-                 "cycles_per_step")
+# The probe's path figures (ampcert.probe_summary.PathFigures) and counters, by metric.
+_PROBE_PATH = {"probe_step_ms": "step_ms", "probe_step_kernel_units": "kernel_units"}
+_COUNTERS = {"instructions_per_step": "instructions", "cycles_per_step": "cycles"}
+PROBE_METRICS = ("probe_speedup_vs_fp32", *_PROBE_PATH, *_COUNTERS)
 
 
 @dataclass(frozen=True)
@@ -200,9 +202,6 @@ def read_night(folder: str | Path, machine: str | None = None) -> Night:
     night.notes += sorted({s.counters_note for s in summaries})
     return night
 
-
-_PROBE_PATH = {"probe_step_ms": "step_ms", "probe_step_kernel_units": "kernel_units"}
-_COUNTERS = {"instructions_per_step": "instructions", "cycles_per_step": "cycles"}
 
 
 def _probe_points(summaries: list[ProbeSummary]) -> list[Point]:

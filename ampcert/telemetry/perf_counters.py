@@ -32,7 +32,6 @@ _ATTR_SIZE = 128  # PERF_ATTR_SIZE_VER8 and later kernels accept this size
 # the attr's flags word: inherit (bit 1), exclude_kernel (5), exclude_hv (6); counting from the open
 _FLAGS = (1 << 1) | (1 << 5) | (1 << 6)
 _SYSCALL = {"x86_64": 298, "aarch64": 241, "ppc64le": 319, "s390x": 331}
-PERF_EVENT_IOC_ENABLE = 0x2400
 
 #: The counters the probe asks for, by name: (type, config).
 HARDWARE: dict[str, tuple[int, int]] = {
@@ -58,12 +57,6 @@ def _syscall():
     fn.restype = ctypes.c_long
     return (lambda attr, tid: fn(number, attr, ctypes.c_int(tid), ctypes.c_int(-1), ctypes.c_int(-1),
                                  ctypes.c_ulong(0))), ""
-
-
-def _ioctl(fd: int, request: int) -> None:
-    import fcntl
-
-    fcntl.ioctl(fd, request, 0)
 
 
 @dataclass
@@ -105,7 +98,7 @@ def _read(path: str) -> str:
 
 def open_counters(events: dict[str, tuple[int, int]] = HARDWARE) -> tuple[Counters | None, str]:
     """``events`` counted for every thread of this process (and the threads they start),
-    enabled; or None and one line saying why not."""
+    from now on; or None and one line saying why not."""
     if not hasattr(os, "sched_getaffinity") or not Path("/proc/self/task").is_dir():
         return None, f"{', '.join(events)}: not counted: perf_event_open is Linux's"
     call, why = _syscall()
@@ -125,7 +118,4 @@ def open_counters(events: dict[str, tuple[int, int]] = HARDWARE) -> tuple[Counte
                 counters.close()
                 return None, _why(err, events)
             fds.append(int(fd))
-    for fds in counters.fds.values():
-        for fd in fds:
-            _ioctl(fd, PERF_EVENT_IOC_ENABLE)
     return counters, f"{', '.join(events)}: counted by perf_event_open over {len(tids)} threads (user space)"
