@@ -68,16 +68,18 @@ class _Path:
         start = time.perf_counter()
         for _ in range(steps):
             self.step += 1
-            # The step as the framework numbers it: within the run's budget, over and over (a
-            # learning-rate schedule is a table of the budget's steps); the batches go on.
+            # The framework numbers the step within the run's budget, over and over (a
+            # learning-rate schedule is a table of the budget's steps); the batches go on. The
+            # features count on: what they do once (step 1: the precision probe watches every
+            # op) must not come round again.
             step = (self.step - 1) % limit + 1
             run.step_started = time.perf_counter()
             batch, _ = fw.batch(step, run)
             for feature in run.features:
-                feature.before_step(run, step)
+                feature.before_step(run, self.step)
             fw.step(batch, step)
             for feature in run.features:
-                feature.after_step(run, step)
+                feature.after_step(run, self.step)
         fw.sync()
         seconds = (time.perf_counter() - start) / steps
         counted = None
@@ -86,7 +88,7 @@ class _Path:
             counted = {name: after[name] - before[name] for name in after}
         fw.window_losses()  # read and let go (outside the timing): a probe keeps no losses
         for feature in run.features:
-            feature.after_window(run, step)
+            feature.after_window(run, self.step)
         return seconds, counted
 
 

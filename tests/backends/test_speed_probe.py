@@ -117,3 +117,28 @@ def test_a_jax_probe_times_both_models_past_the_runs_budget(tmp_path):
     assert "jax: an fp32 256x256 matmul" in probe.speed_probe.kernel
     [summary] = probe_summaries([probe])
     assert summary.low <= summary.speedup <= summary.high and summary.path.kernel_units > 0
+
+
+def test_what_a_feature_does_once_a_probe_does_once_however_often_its_steps_come_round(tmp_path):
+    # The precision probe watches every op of step 1; a probe's steps number within the runs'
+    # budget (4 here), but the features count on: step 1 is watched once per model, at warm-up.
+    from ampcert.backends import torch_precision
+
+    entered = []
+    original = torch_precision.PrecisionProbe.__enter__
+
+    def counting(self):
+        entered.append(1)
+        return original(self)
+
+    torch_precision.PrecisionProbe.__enter__ = counting
+    try:
+        from ampcert.backends import torch_backend
+
+        spec = load(run(tmp_path, "once", seeds=[0], train={"steps": 4, "eval_every": 4},
+                        speed_probe={"share": 1.0, "processes": 1}).root).probe_runs[0].spec
+        outcome = torch_backend.train(spec, None)
+    finally:
+        torch_precision.PrecisionProbe.__enter__ = original
+    assert outcome.speed_probe.rounds >= MIN_ROUNDS and outcome.steps > 4 * 3
+    assert len(entered) == 2, entered  # FP32's step 1 and bf16's, not one per lap of the budget
